@@ -1,0 +1,156 @@
+"""GroupNormSwishGrad(dy, mean, rstd, x, gamma, beta) -> (dx, dgamma, dbeta), as aclnnGroupNormSwishGrad.
+
+The backward of y = swish(GroupNorm(x)), recomputing the forward from mean and rstd:
+
+    xhat = (x - mean[n,g]) * rstd[n,g],   z = xhat * gamma[c] + beta[c]
+    s = sigmoid(swish_scale * z),         g = dy * s * (1 + swish_scale * z * (1 - s))
+    dbeta[c] = sum_{n,hw} g,              dgamma[c] = sum_{n,hw} g * xhat
+    per (n, group), M = (C/G) * HxW:      c1 = mean(g * gamma), c2 = mean(g * gamma * xhat)
+    dx = rstd * (g * gamma - c1 - xhat * c2)
+
+T (dy, x, dx) and U (mean, rstd, gamma, beta, dgamma, dbeta) are float types, possibly different.
+dgamma and dbeta are optional outputs; a requested one whose flag is 0 is all zeros.
+"""
+
+from onnxscript import BOOL, FLOAT, script
+from onnxscript import opset18 as op
+
+from ascend_grad.ops._group_norm import GroupLayout
+from ascend_grad.ops._schema import (
+    NodeView,
+    attribute,
+    dtype_name,
+    make_schema,
+    same_shape,
+    tensor_param,
+)
+from ascend_grad.ops._script import ascend
+
+OP_TYPE = "GroupNormSwishGrad"
+
+
+@script(ascend, default_opset=op)
+def GroupNormSwishGrad(
+    dy,
+    mean,
+    rstd,
+    x,
+    gamma,
+    beta,
+    num_groups: int,
+    swish_scale: float = 1.0,
+    dgamma_is_require: int = 1,
+    dbeta_is_require: int = 1,
+    data_format: str = "NCHW",
+):
+    # A 4-D view in which each (n, group) is one slab:
+    #   NCHW: (N, G, C/G, HxW)    NHWC: (N, HxW, G, C/G)
+    # data_format == "NHWC" without string Equal (opset 19+): the two strings are one unique value.
+    formats = op.Concat(
+        op.Constant(value_strings=["NHWC"]), op.Reshape(op.Constant(value_string=data_format), [1]), axis=0
+    )
+    unique_formats, _, _, _ = op.Unique(formats)
+    nhwc = op.Equal(op.Size(unique_formats), op.Constant(value_int=1))
+    one = op.Constant(value_ints=[1])
+    N = op.Shape(x, start=0, end=1)
+    C = op.Where(nhwc, op.Shape(x, start=-1), op.Shape(x, start=1, end=2))
+    HxW = op.ReduceProd(op.Where(nhwc, op.Shape(x, start=1, end=-1), op.Shape(x, start=2)), keepdims=1)
+    G = op.Reshape(op.Constant(value_int=num_groups), one)
+    Cg = op.Div(C, G)
+    view = op.Where(nhwc, op.Concat(N, HxW, G, Cg, axis=0), op.Concat(N, G, Cg, HxW, axis=0))
+    param_view = op.Where(nhwc, op.Concat(one, one, G, Cg, axis=0), op.Concat(one, G, Cg, one, axis=0))
+    stat_view = op.Where(nhwc, op.Concat(N, one, G, one, axis=0), op.Concat(N, G, one, one, axis=0))
+    spatial_axis = op.Where(nhwc, op.Constant(value_ints=[1]), op.Constant(value_ints=[3]))
+    channel_axis = op.Where(nhwc, op.Constant(value_ints=[3]), op.Constant(value_ints=[2]))
+    M = op.Cast(Cg * HxW, to=FLOAT.dtype)
+
+    # Everything in float; mean and rstd keep their own precision (never rounded to T).
+    X = op.Reshape(op.Cast(x, to=FLOAT.dtype), view)
+    dY = op.Reshape(op.Cast(dy, to=FLOAT.dtype), view)
+    mu = op.Reshape(op.Cast(mean, to=FLOAT.dtype), stat_view)
+    r = op.Reshape(op.Cast(rstd, to=FLOAT.dtype), stat_view)
+    gam = op.Reshape(op.Cast(gamma, to=FLOAT.dtype), param_view)
+    bet = op.Reshape(op.Cast(beta, to=FLOAT.dtype), param_view)
+    scale = op.Constant(value_float=swish_scale)
+    unit = op.Constant(value_float=1.0)
+
+    # 1. recompute the forward and take the swish gradient
+    xhat = (X - mu) * r
+    z = xhat * gam + bet
+    s = op.Sigmoid(scale * z)
+    g = dY * s * (unit + scale * z * (unit - s))
+    # 2. per-(n, c) partial sums over the spatial positions
+    db_nc = op.ReduceSum(g, spatial_axis, keepdims=1)
+    ds_nc = op.ReduceSum(g * xhat, spatial_axis, keepdims=1)
+    # 3. per-(n, group) coefficients, then dx
+    c1 = op.ReduceSum(gam * db_nc, channel_axis, keepdims=1) / M
+    c2 = op.ReduceSum(gam * ds_nc, channel_axis, keepdims=1) / M
+    dX = r * (g * gam - c1 - xhat * c2)
+    # 4. parameter gradients: sums over n; zeros when not required
+    zero = op.Constant(value_float=0.0)
+    batch_axis = op.Constant(value_ints=[0])
+    dgamma_c = op.Reshape(op.ReduceSum(ds_nc, batch_axis, keepdims=1), C)
+    dbeta_c = op.Reshape(op.ReduceSum(db_nc, batch_axis, keepdims=1), C)
+    dgamma_on = op.Cast(op.Constant(value_int=dgamma_is_require), to=BOOL.dtype)
+    dbeta_on = op.Cast(op.Constant(value_int=dbeta_is_require), to=BOOL.dtype)
+    dx = op.CastLike(op.Reshape(dX, op.Shape(x)), dy)
+    dgamma = op.CastLike(op.Where(dgamma_on, dgamma_c, zero), gamma)
+    dbeta = op.CastLike(op.Where(dbeta_on, dbeta_c, zero), beta)
+    return dx, dgamma, dbeta
+
+
+def _infer(node: NodeView) -> None:
+    dy_dims, x_dims = node.input_dims(0), node.input_dims(3)
+    node.check_rank(dy_dims, "dy", 2)
+    dims = same_shape(node, dy_dims, x_dims, "dy and x")
+    layout = GroupLayout(node, dims)
+    names = ("dy", "mean", "rstd", "x", "gamma", "beta")
+    types = [node.check_float_type(i, name) for i, name in enumerate(names)]
+    for group, members in (("T", (0, 3)), ("U", (1, 2, 4, 5))):
+        known = {types[i] for i in members if types[i]}
+        if len(known) > 1:
+            listed = ", ".join(f"{names[i]} {dtype_name(types[i])}" for i in members)
+            raise node.fail(f"{'/'.join(names[i] for i in members)} must share one dtype ({group}): {listed}")
+    t_type = types[0] or types[3]
+    u_type = next((types[i] for i in (4, 5, 1, 2) if types[i]), 0)
+    layout.check_stat(node, node.input_dims(1), "mean")
+    layout.check_stat(node, node.input_dims(2), "rstd")
+    layout.check_param(node, node.input_dims(4), "gamma")
+    layout.check_param(node, node.input_dims(5), "beta")
+    node.attr_flag("dgamma_is_require")
+    node.attr_flag("dbeta_is_require")
+
+    C = layout.C
+    if C is None:  # the parameters may know C when x does not
+        C = next((d[0] for d in (node.input_dims(4), node.input_dims(5)) if d), None)
+    node.set_output(0, t_type, dims)
+    node.set_output(1, u_type, [C])
+    node.set_output(2, u_type, [C])
+
+
+SCHEMA = make_schema(
+    OP_TYPE,
+    __doc__,
+    inputs=[
+        tensor_param("dy", "T", "gradient of y, (N, C, *spatial) or (N, *spatial, C)"),
+        tensor_param("mean", "U", "per-(n, group) mean from the forward, N * num_groups elements"),
+        tensor_param("rstd", "U", "per-(n, group) 1/sqrt(var + eps) from the forward, N * num_groups elements"),
+        tensor_param("x", "T", "input of the forward GroupNorm, same shape as dy"),
+        tensor_param("gamma", "U", "scale, (C,)"),
+        tensor_param("beta", "U", "shift, (C,)"),
+    ],
+    outputs=[
+        tensor_param("dx", "T", "gradient of x"),
+        tensor_param("dgamma", "U", "gradient of gamma, (C,)", optional=True),
+        tensor_param("dbeta", "U", "gradient of beta, (C,)", optional=True),
+    ],
+    type_params=["T", "U"],
+    attributes=[
+        attribute("num_groups", "INT", "number of groups G; must divide C"),
+        attribute("swish_scale", "FLOAT", "the b of swish z * sigmoid(b * z)", 1.0),
+        attribute("dgamma_is_require", "INT", "1 computes dgamma, 0 fills it with zeros", 1),
+        attribute("dbeta_is_require", "INT", "1 computes dbeta, 0 fills it with zeros", 1),
+        attribute("data_format", "STRING", "'NCHW' (N, C, *spatial) or 'NHWC' (N, *spatial, C)", "NCHW"),
+    ],
+    infer=_infer,
+)

@@ -1,0 +1,18 @@
+"""ascend-grad: SiLU, Mish and GroupNorm+SiLU backward passes as single ONNX nodes.
+
+The op set lives in the ONNX domain ``ascend.grad`` (see ``ascend_grad.ops``); its semantics are
+those of Huawei CANN's aclnn operators of the same names.
+"""
+
+from importlib import metadata as _metadata
+
+# The op set's identity: the C++ kernel library carries the same two values (a test checks it).
+DOMAIN = "ascend.grad"
+OPSET_VERSION = 1
+
+try:
+    __version__ = _metadata.version("ascend-grad")
+except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = ["DOMAIN", "OPSET_VERSION", "__version__"]

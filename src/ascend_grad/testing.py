@@ -1,0 +1,115 @@
+"""Running models and judging outputs the way the project's tests do (usable by users too).
+
+- `run_onnxruntime` / `run_reference_evaluator`: numpy in, numpy out, bfloat16 included
+  (onnxruntime's Python API has no bfloat16 numpy type: such tensors cross as raw uint16).
+- `assert_close`: SPEC.md's accuracy bound for the output dtype, with NaN/Inf positions required
+  to match the reference exactly, and the worst element named when it fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+# SPEC.md: max(|out - ref|) / max(|ref|) per output, by output dtype.
+TOLERANCE = {
+    np.dtype(np.float32): 1e-5,
+    np.dtype(np.float16): 1e-3,
+    np.dtype(ml_dtypes.bfloat16): 8e-3,
+}
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _to_ort_value(array: np.ndarray):
+    import onnxruntime as ort
+
+    array = np.ascontiguousarray(array)
+    if array.dtype == BFLOAT16:
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def _from_ort_value(value) -> np.ndarray:
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    shape = tuple(value.shape())
+    count = int(np.prod(shape))
+    if count == 0:
+        return np.zeros(shape, BFLOAT16)
+    raw = (ctypes.c_uint16 * count).from_address(value.data_ptr())
+    return np.frombuffer(raw, dtype=np.uint16).copy().view(BFLOAT16).reshape(shape)
+
+
+def _serialized(model: onnx.ModelProto | str) -> bytes | str:
+    return model if isinstance(model, str) else model.SerializeToString()
+
+
+def run_onnxruntime(
+    model: onnx.ModelProto | str,
+    feeds: Mapping[str, np.ndarray],
+    session_options=None,
+    output_names: Sequence[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """Run on onnxruntime's CPU execution provider; returns {output name: array}."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(_serialized(model), session_options, providers=["CPUExecutionProvider"])
+    names = list(output_names or [o.name for o in session.get_outputs()])
+    values = session.run_with_ort_values(names, {k: _to_ort_value(v) for k, v in feeds.items()})
+    return {name: _from_ort_value(v) for name, v in zip(names, values)}
+
+
+def run_reference_evaluator(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run with onnx's reference evaluator (pure numpy, model-local functions inlined)."""
+    from onnx.reference import ReferenceEvaluator
+
+    evaluator = ReferenceEvaluator(model)
+    with np.errstate(all="ignore"):
+        outputs = evaluator.run(None, dict(feeds))
+    return {name: np.asarray(v) for name, v in zip(evaluator.output_names, outputs)}
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """max |out - ref| / max |ref| over the finite reference values (max |ref| = 0 counts as 1)."""
+    out64, ref64 = np.asarray(out).astype(np.float64), np.asarray(ref, dtype=np.float64)
+    finite = np.isfinite(ref64)
+    if not finite.any():
+        return 0.0
+    scale = np.abs(ref64[finite]).max() or 1.0
+    return float(np.abs(out64[finite] - ref64[finite]).max() / scale) if finite.any() else 0.0
+
+
+def assert_close(out: np.ndarray, ref: np.ndarray, what: str = "output", tolerance: float | None = None) -> None:
+    """`out` (any float dtype) matches the float64 `ref` within SPEC.md's bound for out's dtype."""
+    out = np.asarray(out)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise AssertionError(f"{what}: shape {out.shape} != reference shape {ref.shape}")
+    if out.size == 0:
+        return
+    bound = TOLERANCE[out.dtype] if tolerance is None else tolerance
+    out64 = out.astype(np.float64)
+    # Non-finite values must sit exactly where the formula puts them, with the same value.
+    nonfinite = ~np.isfinite(ref) | ~np.isfinite(out64)
+    same = (np.isnan(ref) & np.isnan(out64)) | (ref == out64)
+    bad = np.argwhere(nonfinite & ~same)
+    if len(bad):
+        i = tuple(bad[0])
+        raise AssertionError(
+            f"{what}: {len(bad)} non-finite mismatches, first at {i}: got {out64[i]}, reference {ref[i]}"
+        )
+    error = relative_error(out64, ref)
+    if not error <= bound:
+        finite = np.isfinite(ref)
+        diff = np.where(finite, np.abs(out64 - ref), 0.0)
+        i = np.unravel_index(np.argmax(diff), diff.shape)
+        raise AssertionError(
+            f"{what} ({out.dtype}): relative error {error:.3g} > {bound:g}; worst at {tuple(int(k) for k in i)}: "
+            f"got {out64[i]!r}, reference {ref[i]!r}"
+        )
