@@ -113,7 +113,8 @@ def attach_functions(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _input_value_info(name: str, value) -> onnx.ValueInfoProto:
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, np.generic)):
+        value = np.asarray(value)
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
     elem_type, shape = value
     return helper.make_tensor_value_info(name, elem_type, shape)

@@ -56,7 +56,12 @@ def GroupNormSwish(
     r = op.Reciprocal(op.Sqrt(var + op.Constant(value_float=eps)))
     z = centred * r * gam + bet
     swish_on = op.Cast(op.Constant(value_int=activate_swish), to=BOOL.dtype)
-    Z = op.Where(swish_on, z * op.Sigmoid(op.Constant(value_float=swish_scale) * z), z)
+    # sigmoid(b z) from exp(-|b z|), relatively exact on both tails (as in SiluBackward)
+    bz = op.Constant(value_float=swish_scale) * z
+    e = op.Exp(op.Neg(op.Abs(bz)))
+    unit = op.Constant(value_float=1.0)
+    q = unit / (unit + e)
+    Z = op.Where(swish_on, z * op.Where(bz < op.Constant(value_float=0.0), e * q, q), z)
 
     stat_shape = op.Concat(N, G, axis=0)
     y = op.CastLike(op.Reshape(Z, op.Shape(x)), x)

@@ -77,7 +77,11 @@ def GroupNormSwishGrad(
     # 1. recompute the forward and take the swish gradient
     xhat = (X - mu) * r
     z = xhat * gam + bet
-    s = op.Sigmoid(scale * z)
+    # sigmoid(b z) from exp(-|b z|), relatively exact on both tails (as in SiluBackward)
+    bz = scale * z
+    e = op.Exp(op.Neg(op.Abs(bz)))
+    q = unit / (unit + e)
+    s = op.Where(bz < op.Constant(value_float=0.0), e * q, q)
     g = dY * s * (unit + scale * z * (unit - s))
     # 2. per-(n, c) partial sums over the spatial positions
     db_nc = op.ReduceSum(g, spatial_axis, keepdims=1)

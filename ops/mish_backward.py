@@ -33,7 +33,11 @@ def MishBackward(gradOutput, self):
     one = op.Constant(value_float=1.0)
     # Softplus is the stable form (no overflow at x = 90); tanh saturates to 1 there, as it should.
     t = op.Tanh(op.Softplus(x))
-    dx = dy * (t + x * op.Sigmoid(x) * (one - t * t))
+    # sigmoid from exp(-|x|), relatively exact on both tails (as in SiluBackward)
+    e = op.Exp(op.Neg(op.Abs(x)))
+    r = one / (one + e)
+    s = op.Where(x < op.Constant(value_float=0.0), e * r, r)
+    dx = dy * (t + x * s * (one - t * t))
     return op.CastLike(dx, gradOutput)
 
 
