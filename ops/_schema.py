@@ -45,7 +45,11 @@ class NodeView:
     def __init__(self, op_type: str, ctx: onnx.shape_inference.InferenceContext):
         self.op_type = op_type
         self.ctx = ctx
-        self.name = ctx.get_display_name()
+        # onnx displays a node as "node OpType[domain] (name)": keep the name
+        display = ctx.get_display_name()
+        prefix = f"node {op_type}[{DOMAIN}]"
+        rest = display[len(prefix) :].strip() if display.startswith(prefix) else display
+        self.name = rest[1:-1] if rest.startswith("(") and rest.endswith(")") else rest
 
     def fail(self, message: str) -> InferenceError:
         where = f" node '{self.name}'" if self.name else ""
@@ -108,10 +112,10 @@ class NodeView:
         self.ctx.set_output_type(i, onnx.helper.make_tensor_type_proto(elem_type, shape))
 
 
-def merge_dim(view: NodeView, a: Dim, b: Dim, what: str) -> Dim:
+def merge_dim(view: NodeView, a: Dim, b: Dim, mismatch: str) -> Dim:
     """The one dim two inputs must share: known sizes must agree, a known size beats a name."""
     if isinstance(a, int) and isinstance(b, int) and a != b:
-        raise view.fail(f"{what}: {a} != {b}")
+        raise view.fail(mismatch)
     if isinstance(a, int) or b is None:
         return a
     return b

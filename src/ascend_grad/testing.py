@@ -86,6 +86,21 @@ def random_array(rng: np.random.Generator, shape, dtype, scale: float = 1.0, off
     return np.asarray(rng.standard_normal(shape) * scale + offset).astype(dtype)
 
 
+def group_norm_feeds(
+    rng: np.random.Generator, shape, num_groups: int, T, U, data_format: str = "NCHW", x_scale: float = 1.0
+) -> dict[str, np.ndarray]:
+    """GroupNormSwishGrad's inputs: x and dy of dtype T, gamma/beta of dtype U, and mean/rstd of
+    dtype U computed (float64, then rounded) from the rounded x, as the forward hands them over."""
+    from ascend_grad.ops import reference
+
+    x = random_array(rng, shape, T, scale=x_scale)
+    gamma = random_array(rng, shape[1 if data_format == "NCHW" else -1], U, scale=1.5)
+    beta = random_array(rng, gamma.shape, U)
+    _, mean, rstd = reference.group_norm_swish(x, gamma, beta, num_groups, data_format=data_format)
+    dy = random_array(rng, shape, T)
+    return {"dy": dy, "mean": mean.astype(U), "rstd": rstd.astype(U), "x": x, "gamma": gamma, "beta": beta}
+
+
 def away_from(x: np.ndarray, point: float, margin: float = 0.25) -> np.ndarray:
     """x with values within `margin` of `point` moved 2 * margin above it.
 

@@ -1,0 +1,45 @@
+"""The distribution: one import package (ascend_grad) with the user's folders as subpackages, the
+stable names of SPEC.md, and the console script."""
+
+import importlib.metadata
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import ascend_grad
+
+
+def test_spec_names():
+    assert ascend_grad.DOMAIN == "ascend.grad" and ascend_grad.OPSET_VERSION == 1
+    from ascend_grad import ops
+
+    for name in ("SiluBackward", "MishBackward", "GroupNormSwishGrad", "GroupNormSwish"):
+        assert getattr(ops, name).name == name
+    for name in ("silu_backward", "mish_backward", "group_norm_swish", "group_norm_swish_grad"):
+        assert callable(getattr(ops.reference, name))
+
+
+def test_installs_no_generic_top_level_names():
+    """Everything the wheel puts into site-packages lives under ascend_grad/ (or its dist-info)."""
+    files = importlib.metadata.files("ascend-grad")
+    tops = {Path(str(f)).parts[0] for f in files if not str(f).startswith("..")}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"ascend_grad"}
+    assert any(str(f).replace("\\", "/").startswith("ascend_grad/ops/") for f in files)
+
+
+def test_imports_the_installed_package_not_the_checkout():
+    purelib = Path(sysconfig.get_paths()["purelib"]).resolve()
+    assert purelib in Path(ascend_grad.__file__).resolve().parents
+
+
+def test_console_script():
+    script = Path(sys.executable).with_name("ascend-grad")
+    done = subprocess.run([script, "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"ascend-grad {ascend_grad.__version__}"
+    done = subprocess.run([script, "ops"], capture_output=True, text=True)
+    assert done.returncode == 0
+    assert "ascend.grad::GroupNormSwishGrad(dy, mean, rstd, x, gamma, beta) -> (dx, dgamma?, dbeta?)" in done.stdout
+    assert "eps=1e-05" in done.stdout
+    done = subprocess.run([script, "no-such-command"], capture_output=True, text=True)
+    assert done.returncode == 2 and "invalid choice" in done.stderr
