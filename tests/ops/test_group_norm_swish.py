@@ -61,3 +61,12 @@ def test_large_offset_inputs(rng, runner):
     x = rng.uniform(85, 90, (2, 8, 6, 6)).astype(F32)
     got = _run(runner, x, random_array(rng, 8, F32), random_array(rng, 8, F32), 2)
     assert all(np.isfinite(v).all() for v in got.values())
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_nan_spreads_over_its_group_only(rng, runner):
+    x = random_array(rng, (2, 8, 3, 3), F32)
+    x[0, 6, 1, 1] = np.nan  # n = 0, group 1 of 2
+    got = _run(runner, x, random_array(rng, 8, F32), random_array(rng, 8, F32), 2)
+    assert np.isnan(got["y"][0, 4:]).all() and np.isfinite(got["y"][0, :4]).all() and np.isfinite(got["y"][1]).all()
+    assert np.isnan(got["mean"][0, 1]) and np.isfinite(got["mean"][[0, 1, 1], [0, 0, 1]]).all()

@@ -110,3 +110,11 @@ def test_flags_and_omitted_outputs(rng, runner, outputs, attrs):
     for name in ("dgamma", "dbeta"):
         if name in got and not attrs.get(f"{name}_is_require", 1):
             assert (got[name] == 0).all(), name
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_empty_batch(rng, runner):
+    """N == 0: dx is empty, the parameter gradients are sums over nothing."""
+    feeds = group_norm_feeds(rng, (0, 8, 3, 3), 2, F32, F32)
+    got = _check(runner, feeds, 2)
+    assert got["dx"].shape == (0, 8, 3, 3) and (got["dgamma"] == 0).all() and (got["dbeta"] == 0).all()
