@@ -14,17 +14,14 @@ import onnx
 from onnx import helper
 
 from ascend_grad import DOMAIN, OPSET_VERSION
-from ascend_grad.ops import mish_backward
+from ascend_grad.ops import group_norm_swish, group_norm_swish_grad, mish_backward, silu_backward
 from ascend_grad.ops._script import stamp_opset
-from ascend_grad.ops.group_norm_swish import GroupNormSwish
-from ascend_grad.ops.group_norm_swish_grad import GroupNormSwishGrad
-from ascend_grad.ops.silu_backward import SiluBackward
 
 IR_VERSION = 10
 DEFAULT_ONNX_OPSET = 18
 
-# The body of each op, as onnx functions (MishBackward's depends on the model's dtypes).
-FUNCTIONS = {f.name: f for f in (SiluBackward, mish_backward.MishBackward, GroupNormSwishGrad, GroupNormSwish)}
+# The body of each op (MishBackward's depends on the model's dtypes: see function_for_pairs).
+BODIES = {m.OP_TYPE: m.function_proto for m in (silu_backward, mish_backward, group_norm_swish_grad, group_norm_swish)}
 
 
 def _graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
@@ -38,11 +35,15 @@ def _graph_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 def op_nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
     """Every ascend.grad node: in the graph, its subgraphs, and the model's other functions."""
     bodies = [_graph_nodes(model.graph)]
-    bodies += [f.node for f in model.functions if f.domain != DOMAIN or f.name not in FUNCTIONS]
+    bodies += [f.node for f in model.functions if not _is_ours(f)]
     for nodes in bodies:
         for node in nodes:
-            if node.domain == DOMAIN and node.op_type in FUNCTIONS:
+            if node.domain == DOMAIN and node.op_type in BODIES:
                 yield node
+
+
+def _is_ours(function: onnx.FunctionProto) -> bool:
+    return function.domain == DOMAIN and function.name in BODIES
 
 
 def onnx_opset(model: onnx.ModelProto) -> int | None:
@@ -99,13 +100,13 @@ def attach_functions(model: onnx.ModelProto) -> onnx.ModelProto:
     if not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
 
-    keep = [f for f in model.functions if not (f.domain == DOMAIN and f.name in FUNCTIONS)]
+    keep = [f for f in model.functions if not _is_ours(f)]
     bodies = []
     for op_type in sorted(used):
         if op_type == mish_backward.OP_TYPE:
             body = mish_backward.function_for_pairs(_mish_pairs(model))
         else:
-            body = FUNCTIONS[op_type].to_function_proto()
+            body = BODIES[op_type]()
         bodies.append(stamp_opset(body, version))
     del model.functions[:]
     model.functions.extend(keep + bodies)

@@ -8,12 +8,13 @@ mean and rstd GroupNormSwishGrad consumes.
 y has x's dtype T; mean and rstd are (N, G) in gamma's dtype U.
 """
 
+import onnx
 from onnxscript import BOOL, FLOAT, script
 from onnxscript import opset18 as op
 
-from ascend_grad.ops._group_norm import GroupLayout
+from ascend_grad.ops._group_norm import CheckedLayout, GroupNormLayout
 from ascend_grad.ops._schema import NodeView, attribute, dtype_name, make_schema, tensor_param
-from ascend_grad.ops._script import ascend
+from ascend_grad.ops._script import ascend, flat_function_proto
 
 OP_TYPE = "GroupNormSwish"
 
@@ -29,22 +30,10 @@ def GroupNormSwish(
     activate_swish: int = 1,
     data_format: str = "NCHW",
 ):
-    # The same 4-D view as GroupNormSwishGrad: NCHW (N, G, C/G, HxW), NHWC (N, HxW, G, C/G).
-    formats = op.Concat(
-        op.Constant(value_strings=["NHWC"]), op.Reshape(op.Constant(value_string=data_format), [1]), axis=0
+    view, param_view, _, stat_shape, spatial_axis, channel_axis, _, M = GroupNormLayout(
+        x, num_groups=num_groups, data_format=data_format
     )
-    unique_formats, _, _, _ = op.Unique(formats)
-    nhwc = op.Equal(op.Size(unique_formats), op.Constant(value_int=1))
-    one = op.Constant(value_ints=[1])
-    N = op.Shape(x, start=0, end=1)
-    C = op.Where(nhwc, op.Shape(x, start=-1), op.Shape(x, start=1, end=2))
-    HxW = op.ReduceProd(op.Where(nhwc, op.Shape(x, start=1, end=-1), op.Shape(x, start=2)), keepdims=1)
-    G = op.Reshape(op.Constant(value_int=num_groups), one)
-    Cg = op.Div(C, G)
-    view = op.Where(nhwc, op.Concat(N, HxW, G, Cg, axis=0), op.Concat(N, G, Cg, HxW, axis=0))
-    param_view = op.Where(nhwc, op.Concat(one, one, G, Cg, axis=0), op.Concat(one, G, Cg, one, axis=0))
-    group_axes = op.Where(nhwc, op.Constant(value_ints=[1, 3]), op.Constant(value_ints=[2, 3]))
-    M = op.Cast(Cg * HxW, to=FLOAT.dtype)
+    group_axes = op.Concat(channel_axis, spatial_axis, axis=0)
 
     X = op.Reshape(op.Cast(x, to=FLOAT.dtype), view)
     gam = op.Reshape(op.Cast(gamma, to=FLOAT.dtype), param_view)
@@ -63,15 +52,20 @@ def GroupNormSwish(
     q = unit / (unit + e)
     Z = op.Where(swish_on, z * op.Where(bz < op.Constant(value_float=0.0), e * q, q), z)
 
-    stat_shape = op.Concat(N, G, axis=0)
     y = op.CastLike(op.Reshape(Z, op.Shape(x)), x)
     mean = op.CastLike(op.Reshape(mu, stat_shape), gamma)
     rstd = op.CastLike(op.Reshape(r, stat_shape), gamma)
     return y, mean, rstd
 
 
+
+def function_proto() -> onnx.FunctionProto:
+    """The body, one flat function (GroupNormLayout inlined)."""
+    return flat_function_proto(GroupNormSwish, GroupNormLayout)
+
+
 def _infer(node: NodeView) -> None:
-    layout = GroupLayout(node, node.input_dims(0))
+    layout = CheckedLayout(node, node.input_dims(0))
     x_type = node.check_float_type(0, "x")
     gamma_type, beta_type = node.check_float_type(1, "gamma"), node.check_float_type(2, "beta")
     if gamma_type and beta_type and gamma_type != beta_type:

@@ -12,10 +12,11 @@ T (dy, x, dx) and U (mean, rstd, gamma, beta, dgamma, dbeta) are float types, po
 dgamma and dbeta are optional outputs; a requested one whose flag is 0 is all zeros.
 """
 
+import onnx
 from onnxscript import BOOL, FLOAT, script
 from onnxscript import opset18 as op
 
-from ascend_grad.ops._group_norm import GroupLayout
+from ascend_grad.ops._group_norm import CheckedLayout, GroupNormLayout
 from ascend_grad.ops._schema import (
     NodeView,
     attribute,
@@ -24,7 +25,7 @@ from ascend_grad.ops._schema import (
     same_shape,
     tensor_param,
 )
-from ascend_grad.ops._script import ascend
+from ascend_grad.ops._script import ascend, flat_function_proto
 
 OP_TYPE = "GroupNormSwishGrad"
 
@@ -43,26 +44,9 @@ def GroupNormSwishGrad(
     dbeta_is_require: int = 1,
     data_format: str = "NCHW",
 ):
-    # A 4-D view in which each (n, group) is one slab:
-    #   NCHW: (N, G, C/G, HxW)    NHWC: (N, HxW, G, C/G)
-    # data_format == "NHWC" without string Equal (opset 19+): the two strings are one unique value.
-    formats = op.Concat(
-        op.Constant(value_strings=["NHWC"]), op.Reshape(op.Constant(value_string=data_format), [1]), axis=0
+    view, param_view, stat_view, _, spatial_axis, channel_axis, C, M = GroupNormLayout(
+        x, num_groups=num_groups, data_format=data_format
     )
-    unique_formats, _, _, _ = op.Unique(formats)
-    nhwc = op.Equal(op.Size(unique_formats), op.Constant(value_int=1))
-    one = op.Constant(value_ints=[1])
-    N = op.Shape(x, start=0, end=1)
-    C = op.Where(nhwc, op.Shape(x, start=-1), op.Shape(x, start=1, end=2))
-    HxW = op.ReduceProd(op.Where(nhwc, op.Shape(x, start=1, end=-1), op.Shape(x, start=2)), keepdims=1)
-    G = op.Reshape(op.Constant(value_int=num_groups), one)
-    Cg = op.Div(C, G)
-    view = op.Where(nhwc, op.Concat(N, HxW, G, Cg, axis=0), op.Concat(N, G, Cg, HxW, axis=0))
-    param_view = op.Where(nhwc, op.Concat(one, one, G, Cg, axis=0), op.Concat(one, G, Cg, one, axis=0))
-    stat_view = op.Where(nhwc, op.Concat(N, one, G, one, axis=0), op.Concat(N, G, one, one, axis=0))
-    spatial_axis = op.Where(nhwc, op.Constant(value_ints=[1]), op.Constant(value_ints=[3]))
-    channel_axis = op.Where(nhwc, op.Constant(value_ints=[3]), op.Constant(value_ints=[2]))
-    M = op.Cast(Cg * HxW, to=FLOAT.dtype)
 
     # Everything in float; mean and rstd keep their own precision (never rounded to T).
     X = op.Reshape(op.Cast(x, to=FLOAT.dtype), view)
@@ -103,11 +87,17 @@ def GroupNormSwishGrad(
     return dx, dgamma, dbeta
 
 
+
+def function_proto() -> onnx.FunctionProto:
+    """The body, one flat function (GroupNormLayout inlined)."""
+    return flat_function_proto(GroupNormSwishGrad, GroupNormLayout)
+
+
 def _infer(node: NodeView) -> None:
     dy_dims, x_dims = node.input_dims(0), node.input_dims(3)
     node.check_rank(dy_dims, "dy", 2)
     dims = same_shape(node, dy_dims, x_dims, "dy and x")
-    layout = GroupLayout(node, dims)
+    layout = CheckedLayout(node, dims)
     names = ("dy", "mean", "rstd", "x", "gamma", "beta")
     types = [node.check_float_type(i, name) for i, name in enumerate(names)]
     for group, members in (("T", (0, 3)), ("U", (1, 2, 4, 5))):

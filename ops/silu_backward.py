@@ -6,11 +6,12 @@
 T in {float, float16, bfloat16}; both inputs and the output share dtype and shape, rank 0..8.
 """
 
+import onnx
 from onnxscript import FLOAT, script
 from onnxscript import opset18 as op
 
 from ascend_grad.ops._schema import NodeView, dtype_name, make_schema, same_shape, tensor_param
-from ascend_grad.ops._script import ascend
+from ascend_grad.ops._script import ascend, flat_function_proto
 
 OP_TYPE = "SiluBackward"
 
@@ -28,6 +29,12 @@ def SiluBackward(gradOutput, self):
     s = op.Where(x < op.Constant(value_float=0.0), e * r, r)
     dx = dy * s * (one + x * (one - s))
     return op.CastLike(dx, gradOutput)
+
+
+
+def function_proto() -> onnx.FunctionProto:
+    """The body, as onnx's FunctionProto."""
+    return flat_function_proto(SiluBackward)
 
 
 def _infer(node: NodeView) -> None:
