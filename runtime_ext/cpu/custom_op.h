@@ -1,0 +1,64 @@
+// One OrtCustomOp per (op, dtype combination). onnxruntime merges the registrations of one name
+// into a schema whose inputs accept the union of the types, and picks the kernel whose types match
+// the node: that is how one op serves every dtype pair its onnxscript function serves.
+//
+// A Kernel type provides:
+//   static constexpr const char* kName;
+//   static constexpr size_t kInputs, kOutputs, kRequiredOutputs;   // outputs past these are optional
+//   static OrtStatus* Create(const OrtKernelInfo*, const DType* types, Kernel** out);
+//   OrtStatus* Compute(OrtKernelContext*);
+#pragma once
+
+#include <array>
+#include <climits>
+#include <cstring>
+
+#include "cpu/dtype.h"
+#include "cpu/ort.h"
+
+namespace ascend_grad {
+
+template <typename Kernel>
+struct TypedOp : OrtCustomOp {
+  // the dtype of each input then each output
+  std::array<DType, Kernel::kInputs + Kernel::kOutputs> types;
+
+  TypedOp(uint32_t api_version, const std::array<DType, Kernel::kInputs + Kernel::kOutputs>& dtypes)
+      : OrtCustomOp{}, types(dtypes) {
+    // onnxruntime reads only the members that exist in the API version we report, so the same
+    // binary registers with 1.19 (API 19) and with the newest runtime.
+    version = api_version;
+    GetName = [](const OrtCustomOp*) { return Kernel::kName; };
+    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return nullptr; };  // CPU
+    GetInputTypeCount = [](const OrtCustomOp*) { return Kernel::kInputs; };
+    GetOutputTypeCount = [](const OrtCustomOp*) { return Kernel::kOutputs; };
+    GetInputType = [](const OrtCustomOp* op, size_t i) { return OnnxType(Self(op)->types[i]); };
+    GetOutputType = [](const OrtCustomOp* op, size_t i) { return OnnxType(Self(op)->types[Kernel::kInputs + i]); };
+    GetInputCharacteristic = [](const OrtCustomOp*, size_t) { return INPUT_OUTPUT_REQUIRED; };
+    GetOutputCharacteristic = [](const OrtCustomOp*, size_t i) {
+      return i < Kernel::kRequiredOutputs ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
+    };
+    GetInputMemoryType = [](const OrtCustomOp*, size_t) { return OrtMemTypeDefault; };
+    GetVariadicInputMinArity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
+    GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
+    CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) -> OrtStatusPtr {
+      Kernel* created = nullptr;
+      OrtStatus* status = Kernel::Create(info, Self(op)->types.data(), &created);
+      *kernel = created;
+      return status;
+    };
+    KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatusPtr {
+      return static_cast<Kernel*>(kernel)->Compute(context);
+    };
+    KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
+    GetStartVersion = [](const OrtCustomOp*) { return 1; };
+    GetEndVersion = [](const OrtCustomOp*) { return INT_MAX; };
+  }
+
+ private:
+  static const TypedOp* Self(const OrtCustomOp* op) { return static_cast<const TypedOp*>(op); }
+};
+
+}  // namespace ascend_grad

@@ -1,0 +1,75 @@
+// Which kernel table runs: chosen when the library is registered, from what the CPU has.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cpu/kernels.h"
+
+namespace ascend_grad {
+
+KernelTable GenericTable();
+#if defined(__x86_64__) || defined(_M_X64)
+KernelTable Avx2Table();
+KernelTable Avx512Table();
+#endif
+
+namespace {
+
+KernelTable g_table = GenericTable();
+
+bool CpuHas(const char* isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  if (std::strcmp(isa, "avx512") == 0) {
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  }
+  if (std::strcmp(isa, "avx2") == 0) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  }
+#endif
+  return std::strcmp(isa, "generic") == 0;
+}
+
+KernelTable TableFor(const char* isa) {
+#if defined(__x86_64__) || defined(_M_X64)
+  if (std::strcmp(isa, "avx512") == 0) return Avx512Table();
+  if (std::strcmp(isa, "avx2") == 0) return Avx2Table();
+#endif
+  return GenericTable();
+}
+
+}  // namespace
+
+void SelectKernels() {
+  const char* wanted = std::getenv("ASCEND_GRAD_ISA");  // for tests and comparisons
+  const char* chosen = nullptr;
+  if (wanted != nullptr && *wanted != '\0') {
+    if (CpuHas(wanted)) chosen = wanted;
+    else std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_ISA=%s is not available on this CPU\n", wanted);
+  }
+  if (chosen == nullptr) {
+    for (const char* isa : {"avx512", "avx2", "generic"}) {
+      if (CpuHas(isa)) {
+        chosen = isa;
+        break;
+      }
+    }
+  }
+  g_table = TableFor(chosen);
+  if (std::getenv("ASCEND_GRAD_VERBOSE") != nullptr) std::fprintf(stderr, "ascend-grad: %s kernels\n", g_table.isa);
+}
+
+const KernelTable& Kernels() { return g_table; }
+
+void* ThreadScratch(size_t bytes, int slot) {
+  thread_local std::vector<unsigned char> buffers[4];
+  std::vector<unsigned char>& buffer = buffers[slot];
+  if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
+  // 64-byte aligned: whole cache lines for the vector loads
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  return buffer.data() + ((64 - address % 64) % 64);
+}
+
+}  // namespace ascend_grad

@@ -1,0 +1,100 @@
+#include "cpu/elementwise.h"
+
+namespace ascend_grad {
+
+bool BroadcastPlan::Build(const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& x_shape) {
+  const size_t rank = dy_shape.size() > x_shape.size() ? dy_shape.size() : x_shape.size();
+  std::vector<int64_t> a(rank - dy_shape.size(), 1), b(rank - x_shape.size(), 1);
+  a.insert(a.end(), dy_shape.begin(), dy_shape.end());
+  b.insert(b.end(), x_shape.begin(), x_shape.end());
+  out_shape.assign(rank, 1);
+  // element strides of each input in its own (padded) shape; 0 where it is stretched
+  std::vector<int64_t> dims, sa, sb;
+  int64_t stride_a = 1, stride_b = 1;
+  for (size_t k = rank; k-- > 0;) {
+    if (a[k] != b[k] && a[k] != 1 && b[k] != 1) return false;
+    out_shape[k] = a[k] == 1 ? b[k] : a[k];
+    if (out_shape[k] != 1) {
+      dims.insert(dims.begin(), out_shape[k]);
+      sa.insert(sa.begin(), a[k] == 1 ? 0 : stride_a);
+      sb.insert(sb.begin(), b[k] == 1 ? 0 : stride_b);
+    }
+    stride_a *= a[k];
+    stride_b *= b[k];
+  }
+  // merge a dim into the one inside it when both inputs step through them as one
+  outer_dims.clear();
+  dy_strides.clear();
+  x_strides.clear();
+  for (size_t k = 0; k < dims.size(); ++k) {
+    const bool last = k + 1 == dims.size();
+    if (!last && sa[k] == sa[k + 1] * dims[k + 1] && sb[k] == sb[k + 1] * dims[k + 1]) {
+      dims[k + 1] *= dims[k];
+      continue;
+    }
+    outer_dims.push_back(dims[k]);
+    dy_strides.push_back(sa[k]);
+    x_strides.push_back(sb[k]);
+  }
+  run = 1;
+  dy_repeats = x_repeats = true;
+  if (!outer_dims.empty()) {  // the innermost dim is the run
+    run = outer_dims.back();
+    dy_repeats = dy_strides.back() == 0;
+    x_repeats = x_strides.back() == 0;
+    outer_dims.pop_back();
+    dy_strides.pop_back();
+    x_strides.pop_back();
+  }
+  rows = 1;
+  for (int64_t d : outer_dims) rows *= d;
+  return true;
+}
+
+namespace {
+// 16 Ki elements (64 KiB of float per array): enough to amortise a task, small enough to balance.
+constexpr int64_t kChunk = 16384;
+// Outputs from 32 MiB on bypass the caches (measured: 16M float SiluBackward 16.3 -> 12.7 ms on
+// one core); smaller ones stay cached for the next op to read.
+constexpr int64_t kStreamBytes = int64_t{32} << 20;
+}  // namespace
+
+OrtStatus* RunElementwise(OrtKernelContext* context, ElementwiseFn fn, const BroadcastPlan& plan, const TensorView& dy,
+                          DType dy_type, const TensorView& x, DType x_type, void* out, DType out_type) {
+  const int64_t pieces_per_row = (plan.run + kChunk - 1) / kChunk;
+  const int64_t rows_per_task = plan.run >= kChunk ? 1 : (kChunk / (plan.run ? plan.run : 1));
+  const int64_t tasks = plan.run >= kChunk ? plan.rows * pieces_per_row : (plan.rows + rows_per_task - 1) / rows_per_task;
+  const auto* dy_bytes = static_cast<const unsigned char*>(dy.data);
+  const auto* x_bytes = static_cast<const unsigned char*>(x.data);
+  auto* out_bytes = static_cast<unsigned char*>(out);
+  const size_t dy_size = DTypeSize(dy_type), x_size = DTypeSize(x_type), out_size = DTypeSize(out_type);
+  const bool stream = plan.rows * plan.run * static_cast<int64_t>(out_size) >= kStreamBytes;
+
+  auto row_piece = [&](int64_t row, int64_t start, int64_t count) {
+    int64_t dy_offset = 0, x_offset = 0, rest = row;
+    for (size_t k = plan.outer_dims.size(); k-- > 0;) {
+      const int64_t index = rest % plan.outer_dims[k];
+      rest /= plan.outer_dims[k];
+      dy_offset += index * plan.dy_strides[k];
+      x_offset += index * plan.x_strides[k];
+    }
+    if (!plan.dy_repeats) dy_offset += start;
+    if (!plan.x_repeats) x_offset += start;
+    fn(dy_bytes + dy_offset * dy_size, plan.dy_repeats, x_bytes + x_offset * x_size, plan.x_repeats,
+       out_bytes + (row * plan.run + start) * out_size, static_cast<size_t>(count), stream);
+  };
+  auto task = [&](size_t t) {
+    const int64_t index = static_cast<int64_t>(t);
+    if (plan.run >= kChunk) {
+      const int64_t row = index / pieces_per_row, start = (index % pieces_per_row) * kChunk;
+      row_piece(row, start, plan.run - start < kChunk ? plan.run - start : kChunk);
+    } else {
+      const int64_t first = index * rows_per_task;
+      const int64_t last = first + rows_per_task < plan.rows ? first + rows_per_task : plan.rows;
+      for (int64_t row = first; row < last; ++row) row_piece(row, 0, plan.run);
+    }
+  };
+  return ParallelFor(context, static_cast<size_t>(tasks), task);
+}
+
+}  // namespace ascend_grad

@@ -1,0 +1,58 @@
+// GroupNormSwish(x, gamma, beta) -> (y, mean?, rstd?), as aclnnGroupNormSwish: the forward whose
+// mean and rstd (N, G) GroupNormSwishGrad consumes. T for x/y, U for gamma/beta/mean/rstd.
+#include "cpu/ops.h"
+
+namespace ascend_grad {
+
+OrtStatus* GroupNormSwishKernel::Create(const OrtKernelInfo* info, const DType* types, GroupNormSwishKernel** out) {
+  auto kernel = new GroupNormSwishKernel();
+  kernel->t_ = types[0];
+  kernel->u_ = types[1];
+  OrtStatus* status = kernel->layout_.ReadAttributes(info, kName);
+  if (status == nullptr) status = ReadAttribute(info, kName, "eps", &kernel->eps_, 1e-5f);
+  if (status == nullptr && !(kernel->eps_ >= 0.0f)) {
+    status = InvalidArgument(kName, "eps must be >= 0, got " + std::to_string(kernel->eps_));
+  }
+  if (status == nullptr) status = ReadAttribute(info, kName, "swish_scale", &kernel->swish_scale_, 1.0f);
+  if (status == nullptr) status = ReadFlag(info, kName, "activate_swish", &kernel->activate_swish_);
+  if (status != nullptr) {
+    delete kernel;
+    return status;
+  }
+  *out = kernel;
+  return nullptr;
+}
+
+OrtStatus* GroupNormSwishKernel::Compute(OrtKernelContext* context) {
+  TensorView x, gamma, beta;
+  ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 0, &x));
+  ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 1, &gamma));
+  ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 2, &beta));
+  GroupNormLayout layout = layout_;
+  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadShape(kName, "x", x.shape));
+  std::vector<float> gamma_f, beta_f;
+  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadParameter(kName, "gamma", gamma, u_, &gamma_f));
+  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadParameter(kName, "beta", beta, u_, &beta_f));
+
+  const int64_t N = layout.N, G = layout.num_groups;
+  TensorView y, mean, rstd;
+  const std::vector<int64_t> stat_shape{N, G};
+  ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, x.shape, &y));
+  ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 1, stat_shape, &mean));
+  ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 2, stat_shape, &rstd));
+
+  std::vector<float> mean_f(static_cast<size_t>(N * G), 0.0f), rstd_f(static_cast<size_t>(N * G), 0.0f);
+  const GroupNormArgs args{x.data,       y.data,          gamma_f.data(), beta_f.data(),   mean_f.data(),
+                           rstd_f.data(), N,              layout.C,       layout.HxW,      G,
+                           eps_,          swish_scale_,   activate_swish_, layout.channels_last};
+  const GroupNormFn fn = Kernels().group_norm_swish[static_cast<int>(t_)];
+  auto task = [&](size_t t) { fn(args, static_cast<int64_t>(t)); };
+  if (N * layout.C > 0) {
+    ASCEND_GRAD_RETURN_IF_ERROR(ParallelFor(context, static_cast<size_t>(layout.channels_last ? N : N * G), task));
+  }
+  if (mean.data != nullptr) StoreFloats(u_, mean_f.data(), mean_f.size(), mean.data);
+  if (rstd.data != nullptr) StoreFloats(u_, rstd_f.data(), rstd_f.size(), rstd.data);
+  return nullptr;
+}
+
+}  // namespace ascend_grad

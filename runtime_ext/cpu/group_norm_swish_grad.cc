@@ -1,0 +1,72 @@
+// GroupNormSwishGrad(dy, mean, rstd, x, gamma, beta) -> (dx, dgamma?, dbeta?), as
+// aclnnGroupNormSwishGrad; T for dy/x/dx, U for the rest, each float, float16 or bfloat16.
+#include "cpu/ops.h"
+
+namespace ascend_grad {
+
+OrtStatus* GroupNormSwishGradKernel::Create(const OrtKernelInfo* info, const DType* types, GroupNormSwishGradKernel** out) {
+  auto kernel = new GroupNormSwishGradKernel();
+  kernel->t_ = types[0];
+  kernel->u_ = types[1];
+  OrtStatus* status = kernel->layout_.ReadAttributes(info, kName);
+  if (status == nullptr) status = ReadAttribute(info, kName, "swish_scale", &kernel->swish_scale_, 1.0f);
+  if (status == nullptr) status = ReadFlag(info, kName, "dgamma_is_require", &kernel->dgamma_on_);
+  if (status == nullptr) status = ReadFlag(info, kName, "dbeta_is_require", &kernel->dbeta_on_);
+  if (status != nullptr) {
+    delete kernel;
+    return status;
+  }
+  *out = kernel;
+  return nullptr;
+}
+
+OrtStatus* GroupNormSwishGradKernel::Compute(OrtKernelContext* context) {
+  TensorView dy, mean, rstd, x, gamma, beta;
+  TensorView* inputs[] = {&dy, &mean, &rstd, &x, &gamma, &beta};
+  for (size_t i = 0; i < 6; ++i) ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, i, inputs[i]));
+  GroupNormLayout layout = layout_;
+  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadShape(kName, "x", x.shape));
+  if (dy.shape != x.shape) {
+    return InvalidArgument(kName, "dy " + ShapeString(dy.shape) + " and x " + ShapeString(x.shape) + " must have the same shape");
+  }
+  std::vector<float> gamma_f, beta_f, mean_f, rstd_f;
+  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadParameter(kName, "gamma", gamma, u_, &gamma_f));
+  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadParameter(kName, "beta", beta, u_, &beta_f));
+  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadStatistic(kName, "mean", mean, u_, &mean_f));
+  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadStatistic(kName, "rstd", rstd, u_, &rstd_f));
+
+  TensorView dx, dgamma, dbeta;
+  const std::vector<int64_t> c_shape{layout.C};
+  ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, x.shape, &dx));
+  ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 1, c_shape, &dgamma));
+  ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 2, c_shape, &dbeta));
+
+  const int64_t N = layout.N, C = layout.C, G = layout.num_groups;
+  std::vector<float> dbeta_nc(static_cast<size_t>(N * C), 0.0f), dgamma_nc(static_cast<size_t>(N * C), 0.0f);
+  const GroupNormGradArgs args{dy.data,          x.data,         dx.data,          mean_f.data(),
+                               rstd_f.data(),    gamma_f.data(), beta_f.data(),    dbeta_nc.data(),
+                               dgamma_nc.data(), N,              C,                layout.HxW,
+                               G,                swish_scale_,   layout.channels_last};
+  const GroupNormGradFn fn = Kernels().group_norm_swish_grad[static_cast<int>(t_)];
+  auto task = [&](size_t t) { fn(args, static_cast<int64_t>(t)); };
+  if (N * C * layout.HxW > 0) {
+    ASCEND_GRAD_RETURN_IF_ERROR(ParallelFor(context, static_cast<size_t>(layout.channels_last ? N : N * G), task));
+  }
+
+  // parameter gradients: the per-(n, c) sums added over n in a fixed order; zeros when not required
+  auto write = [&](const TensorView& view, bool on, const std::vector<float>& per_nc) {
+    if (view.data == nullptr) return;
+    std::vector<float> total(static_cast<size_t>(C), 0.0f);
+    for (int64_t c = 0; on && c < C; ++c) {
+      double sum = 0.0;
+      for (int64_t n = 0; n < N; ++n) sum += per_nc[n * C + c];
+      total[c] = static_cast<float>(sum);
+    }
+    StoreFloats(u_, total.data(), total.size(), view.data);
+  };
+  write(dgamma, dgamma_on_, dgamma_nc);
+  write(dbeta, dbeta_on_, dbeta_nc);
+  return nullptr;
+}
+
+}  // namespace ascend_grad

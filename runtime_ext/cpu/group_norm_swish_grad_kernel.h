@@ -1,0 +1,194 @@
+// GroupNormSwishGrad's vector kernel: one task is one (n, group) slab (NCHW) or one sample (NHWC).
+//
+//   xhat = (x - mean) * rstd,  z = xhat * gamma[c] + beta[c],  g = dy * swish'(z)
+//   pass 1: g, and per (n, c) the sums  dbeta_nc = sum g,  dgamma_nc = sum g * xhat
+//   c1 = sum_c gamma[c] dbeta_nc / M,  c2 = sum_c gamma[c] dgamma_nc / M   (M = C/G * HxW)
+//   pass 2: dx = rstd * (g * gamma[c] - c1 - xhat * c2)
+//
+// A slab is small enough to stay in L2 between the passes (2 x 320 x 64 x 64, G = 32: 160 KiB of x),
+// and NCHW keeps g from pass 1 in a per-thread buffer instead of paying exp twice. Every sum runs
+// in a fixed order inside its task, so results do not depend on the thread count.
+#pragma once
+
+#include <type_traits>
+
+#include "cpu/kernels.h"
+#include "cpu/silu_backward_kernel.h"
+
+namespace ascend_grad {
+namespace ASCEND_GRAD_ISA {
+
+// Float sums are flushed into double every kSumBlock elements: float accumulation, bounded error.
+constexpr int64_t kSumBlock = 4096;
+
+template <typename T>
+void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
+  const int64_t n = task / a.G, Cg = a.C / a.G, c0 = (task % a.G) * Cg, HxW = a.HxW;
+  const int64_t offset = (n * a.C + c0) * HxW;
+  const T* dy = static_cast<const T*>(a.dy) + offset;
+  const T* x = static_cast<const T*>(a.x) + offset;
+  T* dx = static_cast<T*>(a.dx) + offset;
+  const Vec mean = Vec::Broadcast(a.mean[task]), rstd = Vec::Broadcast(a.rstd[task]);
+  // g waits for pass 2 in dx itself when T is float (less cache), else in a float scratch
+  float* g_all = std::is_same_v<T, float> ? reinterpret_cast<float*>(dx) : Scratch(static_cast<size_t>(Cg * HxW), 0);
+
+  double sum_dbeta = 0.0, sum_dgamma = 0.0;  // sum_c gamma[c] * (per-channel sums)
+  for (int64_t c = 0; c < Cg; ++c) {
+    // u = swish_scale * z = xhat * (b gamma) + b beta: one FMA
+    const Vec gamma = Vec::Broadcast(a.swish_scale * a.gamma[c0 + c]), beta = Vec::Broadcast(a.swish_scale * a.beta[c0 + c]);
+    const T* dy_row = dy + c * HxW;
+    const T* x_row = x + c * HxW;
+    float* g_row = g_all + c * HxW;
+    double row_dbeta = 0.0, row_dgamma = 0.0;
+    for (int64_t start = 0; start < HxW; start += kSumBlock) {
+      const int64_t end = start + kSumBlock < HxW ? start + kSumBlock : HxW;
+      Vec acc_dbeta = Vec::Zero(), acc_dgamma = Vec::Zero();
+      int64_t i = start;
+      for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) {
+        const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
+        const Vec g = SwishGrad(Vec::Load(dy_row + i), Fma(xhat, gamma, beta));
+        g.Store(g_row + i);
+        acc_dbeta = acc_dbeta + g;
+        acc_dgamma = Fma(g, xhat, acc_dgamma);
+      }
+      if (i < end) {
+        const size_t count = static_cast<size_t>(end - i);
+        const Vec xhat = (LoadPartial(x_row + i, count) - mean) * rstd;
+        const Vec g = KeepFirst(SwishGrad(LoadPartial(dy_row + i, count), Fma(xhat, gamma, beta)), count);
+        StorePartial(g, g_row + i, count);
+        acc_dbeta = acc_dbeta + g;
+        acc_dgamma = Fma(g, KeepFirst(xhat, count), acc_dgamma);
+      }
+      row_dbeta += ReduceAdd(acc_dbeta);
+      row_dgamma += ReduceAdd(acc_dgamma);
+    }
+    a.dbeta_nc[n * a.C + c0 + c] = static_cast<float>(row_dbeta);
+    a.dgamma_nc[n * a.C + c0 + c] = static_cast<float>(row_dgamma);
+    sum_dbeta += a.gamma[c0 + c] * row_dbeta;
+    sum_dgamma += a.gamma[c0 + c] * row_dgamma;
+  }
+
+  const double M = static_cast<double>(Cg * HxW);
+  const float c1 = static_cast<float>(sum_dbeta / M), c2 = static_cast<float>(sum_dgamma / M);
+  // dx = rstd gamma g - rstd c1 - rstd c2 xhat, with xhat = (x - mean) rstd
+  const float r = a.rstd[task];
+  const Vec shift = Vec::Broadcast(-r * c1);
+  const Vec tilt = Vec::Broadcast(-r * c2 * r);  // times (x - mean)
+  for (int64_t c = 0; c < Cg; ++c) {
+    const Vec weight = Vec::Broadcast(r * a.gamma[c0 + c]);  // times g
+    const T* x_row = x + c * HxW;
+    const float* g_row = g_all + c * HxW;
+    T* dx_row = dx + c * HxW;
+    int64_t i = 0;
+    for (; i + static_cast<int64_t>(kLanes) <= HxW; i += kLanes) {
+      Fma(weight, Vec::Load(g_row + i), Fma(tilt, Vec::Load(x_row + i) - mean, shift)).Store(dx_row + i);
+    }
+    if (i < HxW) {
+      const size_t count = static_cast<size_t>(HxW - i);
+      StorePartial(Fma(weight, LoadPartial(g_row + i, count), Fma(tilt, LoadPartial(x_row + i, count) - mean, shift)),
+                   dx_row + i, count);
+    }
+  }
+}
+
+// NHWC: positions are rows of C contiguous channels; vectors run along C with per-channel mean,
+// rstd and coefficients. g is recomputed in pass 2 (a whole sample is too big to keep).
+template <typename T>
+void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
+  const int64_t C = a.C, Cg = a.C / a.G, HxW = a.HxW;
+  const T* dy = static_cast<const T*>(a.dy) + n * HxW * C;
+  const T* x = static_cast<const T*>(a.x) + n * HxW * C;
+  T* dx = static_cast<T*>(a.dx) + n * HxW * C;
+  // per-channel tables: mean, rstd; float block sums; then the pass-2 coefficients (a vector's worth
+  // of padding: a tail load may read past the last table, its extra lanes are dropped)
+  float* mean_c = Scratch(static_cast<size_t>(7 * C) + kLanes, 1);
+  float* rstd_c = mean_c + C;
+  float* block_dbeta = rstd_c + C;
+  float* block_dgamma = block_dbeta + C;
+  float* weight_c = block_dgamma + C;
+  float* shift_c = weight_c + C;
+  float* tilt_c = shift_c + C;
+  double* dbeta = Scratch<double>(static_cast<size_t>(2 * C), 2);
+  double* dgamma = dbeta + C;
+  for (int64_t c = 0; c < 2 * C; ++c) dbeta[c] = 0.0;
+  for (int64_t c = 0; c < C; ++c) {
+    mean_c[c] = a.mean[n * a.G + c / Cg];
+    rstd_c[c] = a.rstd[n * a.G + c / Cg];
+  }
+  const Vec scale = Vec::Broadcast(a.swish_scale);
+  // g and xhat for channels [c, c + count) of one position
+  auto terms = [&](const T* dy_row, const T* x_row, int64_t c, size_t count, Vec* g, Vec* xhat) {
+    const bool full = count == kLanes;
+    const Vec xv = full ? Vec::Load(x_row + c) : LoadPartial(x_row + c, count);
+    const Vec dyv = full ? Vec::Load(dy_row + c) : LoadPartial(dy_row + c, count);
+    const Vec gamma = full ? Vec::Load(a.gamma + c) : LoadPartial(a.gamma + c, count);
+    const Vec beta = full ? Vec::Load(a.beta + c) : LoadPartial(a.beta + c, count);
+    *xhat = (xv - Vec::Load(mean_c + c)) * Vec::Load(rstd_c + c);
+    *g = SwishGrad(dyv, scale * Fma(*xhat, gamma, beta));  // u = swish_scale * z
+  };
+
+  for (int64_t start = 0; start < HxW; start += kSumBlock / 16) {
+    const int64_t end = start + kSumBlock / 16 < HxW ? start + kSumBlock / 16 : HxW;
+    for (int64_t c = 0; c < C; ++c) block_dbeta[c] = block_dgamma[c] = 0.0f;
+    for (int64_t p = start; p < end; ++p) {
+      for (int64_t c = 0; c < C; c += kLanes) {
+        const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+        Vec g, xhat;
+        terms(dy + p * C, x + p * C, c, count, &g, &xhat);
+        if (count < kLanes) {
+          g = KeepFirst(g, count);
+          xhat = KeepFirst(xhat, count);
+        }
+        StorePartial(LoadPartial(block_dbeta + c, count) + g, block_dbeta + c, count);
+        StorePartial(Fma(g, xhat, LoadPartial(block_dgamma + c, count)), block_dgamma + c, count);
+      }
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      dbeta[c] += block_dbeta[c];
+      dgamma[c] += block_dgamma[c];
+    }
+  }
+
+  const double M = static_cast<double>(Cg * HxW);
+  for (int64_t grp = 0; grp < a.G; ++grp) {
+    double sum_dbeta = 0.0, sum_dgamma = 0.0;
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
+      a.dbeta_nc[n * C + c] = static_cast<float>(dbeta[c]);
+      a.dgamma_nc[n * C + c] = static_cast<float>(dgamma[c]);
+      sum_dbeta += a.gamma[c] * dbeta[c];
+      sum_dgamma += a.gamma[c] * dgamma[c];
+    }
+    const float c1 = static_cast<float>(sum_dbeta / M), c2 = static_cast<float>(sum_dgamma / M);
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
+      weight_c[c] = rstd_c[c] * a.gamma[c];
+      shift_c[c] = -rstd_c[c] * c1;
+      tilt_c[c] = -rstd_c[c] * c2;
+    }
+  }
+
+  for (int64_t p = 0; p < HxW; ++p) {
+    for (int64_t c = 0; c < C; c += kLanes) {
+      const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+      Vec g, xhat;
+      terms(dy + p * C, x + p * C, c, count, &g, &xhat);
+      const Vec out = Fma(Vec::Load(weight_c + c), g, Fma(Vec::Load(tilt_c + c), xhat, Vec::Load(shift_c + c)));
+      if (count == kLanes) {
+        out.Store(dx + p * C + c);
+      } else {
+        StorePartial(out, dx + p * C + c, count);
+      }
+    }
+  }
+}
+
+template <typename T>
+void GroupNormSwishGrad(const GroupNormGradArgs& args, int64_t task) {
+  if (args.channels_last) {
+    GroupNormGradSample<T>(args, task);
+  } else {
+    GroupNormGradSlab<T>(args, task);
+  }
+}
+
+}  // namespace ASCEND_GRAD_ISA
+}  // namespace ascend_grad

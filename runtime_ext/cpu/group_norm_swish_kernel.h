@@ -1,0 +1,136 @@
+// GroupNormSwish's vector kernel (the forward that produces mean and rstd for the backward).
+// One task is one (n, group) slab (NCHW) or one sample (NHWC), as in the backward.
+//
+//   mean, then var = mean((x - mean)^2) in a second pass (no cancellation when |mean| >> std),
+//   rstd = 1 / sqrt(var + eps),  z = (x - mean) * rstd * gamma[c] + beta[c],  y = z * sigmoid(b z)
+#pragma once
+
+#include <cmath>
+
+#include "cpu/group_norm_swish_grad_kernel.h"
+
+namespace ascend_grad {
+namespace ASCEND_GRAD_ISA {
+
+inline Vec Swish(Vec z, Vec scale, bool activate) { return activate ? z * SigmoidOf(scale * z).s() : z; }
+
+// sum over row[0, n) of f(v) for the row's values v, in float blocks flushed into double
+template <typename T, typename F>
+double RowSum(const T* row, int64_t n, F f) {
+  double total = 0.0;
+  for (int64_t start = 0; start < n; start += kSumBlock) {
+    const int64_t end = start + kSumBlock < n ? start + kSumBlock : n;
+    Vec acc = Vec::Zero();
+    int64_t i = start;
+    for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) acc = acc + f(Vec::Load(row + i));
+    if (i < end) acc = acc + KeepFirst(f(LoadPartial(row + i, static_cast<size_t>(end - i))), static_cast<size_t>(end - i));
+    total += ReduceAdd(acc);
+  }
+  return total;
+}
+
+template <typename T>
+void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
+  const int64_t n = task / a.G, Cg = a.C / a.G, c0 = (task % a.G) * Cg, HxW = a.HxW;
+  const int64_t offset = (n * a.C + c0) * HxW;
+  const T* x = static_cast<const T*>(a.x) + offset;
+  T* y = static_cast<T*>(a.y) + offset;
+  const double M = static_cast<double>(Cg * HxW);
+
+  double sum = 0.0;
+  for (int64_t c = 0; c < Cg; ++c) sum += RowSum(x + c * HxW, HxW, [](Vec v) { return v; });
+  const float mean = static_cast<float>(sum / M);
+  const Vec mean_v = Vec::Broadcast(mean);
+  double squares = 0.0;
+  for (int64_t c = 0; c < Cg; ++c) {
+    squares += RowSum(x + c * HxW, HxW, [&](Vec v) { return (v - mean_v) * (v - mean_v); });
+  }
+  const float rstd = static_cast<float>(1.0 / std::sqrt(squares / M + static_cast<double>(a.eps)));
+  a.mean[task] = mean;
+  a.rstd[task] = rstd;
+
+  const Vec scale = Vec::Broadcast(a.swish_scale);
+  for (int64_t c = 0; c < Cg; ++c) {
+    const Vec weight = Vec::Broadcast(rstd * a.gamma[c0 + c]), beta = Vec::Broadcast(a.beta[c0 + c]);
+    const T* x_row = x + c * HxW;
+    T* y_row = y + c * HxW;
+    int64_t i = 0;
+    for (; i + static_cast<int64_t>(kLanes) <= HxW; i += kLanes) {
+      Swish(Fma(Vec::Load(x_row + i) - mean_v, weight, beta), scale, a.activate_swish).Store(y_row + i);
+    }
+    if (i < HxW) {
+      const size_t count = static_cast<size_t>(HxW - i);
+      StorePartial(Swish(Fma(LoadPartial(x_row + i, count) - mean_v, weight, beta), scale, a.activate_swish), y_row + i, count);
+    }
+  }
+}
+
+template <typename T>
+void GroupNormSample(const GroupNormArgs& a, int64_t n) {
+  const int64_t C = a.C, Cg = a.C / a.G, HxW = a.HxW;
+  const T* x = static_cast<const T*>(a.x) + n * HxW * C;
+  T* y = static_cast<T*>(a.y) + n * HxW * C;
+  float* mean_c = Scratch(static_cast<size_t>(3 * C) + kLanes, 1);
+  float* block = mean_c + C;
+  float* weight_c = block + C;
+  double* sums = Scratch<double>(static_cast<size_t>(C), 2);
+  const double M = static_cast<double>(Cg * HxW);
+
+  // per-channel sums of f(x) over the positions, float blocks flushed into double
+  auto channel_sums = [&](auto f) {
+    for (int64_t c = 0; c < C; ++c) sums[c] = 0.0;
+    for (int64_t start = 0; start < HxW; start += kSumBlock / 16) {
+      const int64_t end = start + kSumBlock / 16 < HxW ? start + kSumBlock / 16 : HxW;
+      for (int64_t c = 0; c < C; ++c) block[c] = 0.0f;
+      for (int64_t p = start; p < end; ++p) {
+        for (int64_t c = 0; c < C; c += kLanes) {
+          const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+          const Vec v = f(LoadPartial(x + p * C + c, count), c);
+          StorePartial(LoadPartial(block + c, count) + v, block + c, count);
+        }
+      }
+      for (int64_t c = 0; c < C; ++c) sums[c] += block[c];
+    }
+  };
+
+  channel_sums([](Vec v, int64_t) { return v; });
+  for (int64_t grp = 0; grp < a.G; ++grp) {
+    double total = 0.0;
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) total += sums[c];
+    a.mean[n * a.G + grp] = static_cast<float>(total / M);
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) mean_c[c] = a.mean[n * a.G + grp];
+  }
+  channel_sums([&](Vec v, int64_t c) {
+    const Vec d = v - LoadPartial(mean_c + c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes));
+    return d * d;
+  });
+  for (int64_t grp = 0; grp < a.G; ++grp) {
+    double total = 0.0;
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) total += sums[c];
+    const float rstd = static_cast<float>(1.0 / std::sqrt(total / M + static_cast<double>(a.eps)));
+    a.rstd[n * a.G + grp] = rstd;
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) weight_c[c] = rstd * a.gamma[c];
+  }
+
+  const Vec scale = Vec::Broadcast(a.swish_scale);
+  for (int64_t p = 0; p < HxW; ++p) {
+    for (int64_t c = 0; c < C; c += kLanes) {
+      const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+      const Vec z = Fma(LoadPartial(x + p * C + c, count) - LoadPartial(mean_c + c, count), LoadPartial(weight_c + c, count),
+                        LoadPartial(a.beta + c, count));
+      StorePartial(Swish(z, scale, a.activate_swish), y + p * C + c, count);
+    }
+  }
+}
+
+template <typename T>
+void GroupNormSwish(const GroupNormArgs& args, int64_t task) {
+  if (args.channels_last) {
+    GroupNormSample<T>(args, task);
+  } else {
+    GroupNormSlab<T>(args, task);
+  }
+}
+
+}  // namespace ASCEND_GRAD_ISA
+}  // namespace ascend_grad

@@ -1,0 +1,68 @@
+// The vectorised kernels, one table per instruction set (AVX-512, AVX2, portable), chosen once when
+// the library is registered: the same binary runs on any x86-64 CPU and uses the widest vectors it has.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu/dtype.h"
+
+namespace ascend_grad {
+
+// out[i] = f(dy[i], x[i]) for i < n; an input marked broadcast is one value used for every i.
+// stream: the output is far bigger than the caches, write it around them (non-temporal stores).
+using ElementwiseFn = void (*)(const void* dy, bool dy_broadcast, const void* x, bool x_broadcast, void* out, size_t n,
+                               bool stream);
+
+// GroupNormSwishGrad over one task: an (n, group) slab for NCHW, one sample n for NHWC.
+// x, dy, dx have the op's T; everything else is float (the glue converts U).
+struct GroupNormGradArgs {
+  const void* dy;
+  const void* x;
+  void* dx;
+  const float* mean;   // (N, G)
+  const float* rstd;   // (N, G)
+  const float* gamma;  // (C)
+  const float* beta;   // (C)
+  float* dbeta_nc;     // (N, C) out: sum over spatial of g
+  float* dgamma_nc;    // (N, C) out: sum over spatial of g * xhat
+  int64_t N, C, HxW, G;
+  float swish_scale;
+  bool channels_last;
+};
+using GroupNormGradFn = void (*)(const GroupNormGradArgs& args, int64_t task);
+
+// GroupNormSwish over one task (same split); mean and rstd come out as float (N, G).
+struct GroupNormArgs {
+  const void* x;
+  void* y;
+  const float* gamma;
+  const float* beta;
+  float* mean;
+  float* rstd;
+  int64_t N, C, HxW, G;
+  float eps;
+  float swish_scale;
+  bool activate_swish;
+  bool channels_last;
+};
+using GroupNormFn = void (*)(const GroupNormArgs& args, int64_t task);
+
+struct KernelTable {
+  const char* isa;
+  ElementwiseFn silu_backward[kNumDTypes];              // by T
+  ElementwiseFn mish_backward[kNumDTypes][kNumDTypes];  // by (gradOutput, self); output promoted
+  GroupNormGradFn group_norm_swish_grad[kNumDTypes];    // by T
+  GroupNormFn group_norm_swish[kNumDTypes];             // by T
+};
+
+// Per-thread work space of at least `bytes` (slot 0..3), grown on first use and then reused: no
+// allocation in the hot loops. Defined in a file compiled without instruction-set flags, so the
+// kernels use no standard-library template of their own.
+void* ThreadScratch(size_t bytes, int slot);
+
+// Choose the table: the widest instruction set the CPU has, or ASCEND_GRAD_ISA=avx512|avx2|generic.
+void SelectKernels();
+const KernelTable& Kernels();
+
+}  // namespace ascend_grad

@@ -1,0 +1,40 @@
+// MishBackward(gradOutput, self) -> gradInput, as aclnnMishBackward: the inputs may differ in dtype
+// (the output is their promotion) and broadcast (numpy rules), rank 0..8, no empty tensors.
+#include "cpu/ops.h"
+
+#include "cpu/elementwise.h"
+
+namespace ascend_grad {
+
+OrtStatus* MishBackwardKernel::Create(const OrtKernelInfo*, const DType* types, MishBackwardKernel** out) {
+  *out = new MishBackwardKernel();
+  (*out)->dy_type_ = types[0];
+  (*out)->x_type_ = types[1];
+  return nullptr;
+}
+
+OrtStatus* MishBackwardKernel::Compute(OrtKernelContext* context) {
+  TensorView dy, x, dx;
+  ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 0, &dy));
+  ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 1, &x));
+  for (const TensorView* input : {&dy, &x}) {
+    const char* name = input == &dy ? "gradOutput" : "self";
+    if (input->shape.size() > kMaxRank) {
+      return InvalidArgument(kName, std::string("rank must be 0 to 8, got ") + name + " " + ShapeString(input->shape));
+    }
+    if (ElementCount(input->shape) == 0) {
+      return InvalidArgument(kName, std::string(name) + " is empty " + ShapeString(input->shape) +
+                                        "; aclnnMishBackward rejects empty tensors");
+    }
+  }
+  BroadcastPlan plan;
+  if (!plan.Build(dy.shape, x.shape)) {
+    return InvalidArgument(kName, "gradOutput " + ShapeString(dy.shape) + " and self " + ShapeString(x.shape) +
+                                      " do not broadcast");
+  }
+  ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, plan.out_shape, &dx));
+  const ElementwiseFn fn = Kernels().mish_backward[static_cast<int>(dy_type_)][static_cast<int>(x_type_)];
+  return RunElementwise(context, fn, plan, dy, dy_type_, x, x_type_, dx.data, Promote(dy_type_, x_type_));
+}
+
+}  // namespace ascend_grad

@@ -1,0 +1,33 @@
+// SiluBackward(gradOutput, self) -> gradInput, as aclnnSiluBackward: one dtype T for all three,
+// one shape, rank 0..8; an empty tensor is nothing to do.
+#include "cpu/ops.h"
+
+#include "cpu/elementwise.h"
+
+namespace ascend_grad {
+
+OrtStatus* SiluBackwardKernel::Create(const OrtKernelInfo*, const DType* types, SiluBackwardKernel** out) {
+  *out = new SiluBackwardKernel();
+  (*out)->type_ = types[0];
+  return nullptr;
+}
+
+OrtStatus* SiluBackwardKernel::Compute(OrtKernelContext* context) {
+  TensorView dy, x, dx;
+  ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 0, &dy));
+  ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 1, &x));
+  if (dy.shape != x.shape) {
+    return InvalidArgument(kName, "gradOutput " + ShapeString(dy.shape) + " and self " + ShapeString(x.shape) +
+                                      " must have the same shape");
+  }
+  if (x.shape.size() > kMaxRank) {
+    return InvalidArgument(kName, "rank must be 0 to 8, got self " + ShapeString(x.shape));
+  }
+  ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, x.shape, &dx));
+  if (ElementCount(x.shape) == 0) return nullptr;
+  BroadcastPlan plan;
+  plan.Build(dy.shape, x.shape);
+  return RunElementwise(context, Kernels().silu_backward[static_cast<int>(type_)], plan, dy, type_, x, type_, dx.data, type_);
+}
+
+}  // namespace ascend_grad

@@ -1,0 +1,27 @@
+// SiluBackward's vector math: gradInput = gradOutput * s * (1 + x * (1 - s)), s = sigmoid(x).
+#pragma once
+
+#include "cpu/elementwise_kernel.h"
+
+namespace ascend_grad {
+namespace ASCEND_GRAD_ISA {
+
+// The swish family's gradient at u = b z: d/dz [z sigmoid(b z)] = s (1 + u (1 - s)) = s + u s (1 - s),
+// s = sigmoid(u), with s (1 - s) = e q^2 (see SigmoidOf). SiLU is b = 1; GroupNormSwishGrad uses
+// it with its swish_scale.
+inline Vec SwishGrad(Vec dy, Vec u) {
+  const SigmoidParts sig = SigmoidOf(u);
+  return dy * Fma(u * sig.eq, sig.q, sig.s());
+}
+
+struct SiluGrad {
+  static Vec Apply(Vec dy, Vec x) { return SwishGrad(dy, x); }
+};
+
+template <typename T>
+void SiluBackward(const void* dy, bool dy_broadcast, const void* x, bool x_broadcast, void* out, size_t n, bool stream) {
+  Elementwise<SiluGrad, T, T, T>(dy, dy_broadcast, x, x_broadcast, out, n, stream);
+}
+
+}  // namespace ASCEND_GRAD_ISA
+}  // namespace ascend_grad

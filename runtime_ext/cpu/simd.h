@@ -1,0 +1,299 @@
+// One float vector type per instruction set, with the few operations the kernels need.
+//
+// Each instruction-set translation unit (isa_avx512.cc, isa_avx2.cc, isa_generic.cc) defines
+// ASCEND_GRAD_ISA and includes this header with its own compiler flags; everything lands in
+// namespace ascend_grad::<ISA>, so no inline function compiled for AVX-512 can be picked by the
+// linker for a CPU without it.
+//
+// The math (exp of a non-positive argument, reciprocal) is written here once per ISA with the same
+// algorithm, so every path rounds alike up to the last bit of the polynomial.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "cpu/dtype.h"
+#include "cpu/kernels.h"
+
+#ifndef ASCEND_GRAD_ISA
+#error "define ASCEND_GRAD_ISA (the namespace of this instruction set) before including simd.h"
+#endif
+
+namespace ascend_grad {
+namespace ASCEND_GRAD_ISA {
+
+// exp(y) for y <= 0 (NaN propagates): Cody-Waite reduction y = n ln2 + r, |r| <= ln2/2, a degree-7
+// polynomial for e^r (the cephes expf coefficients, <= 1 ulp on the range), then e^r * 2^n with
+// results down to the smallest subnormal right (AVX-512's scalef; elsewhere 2^n built in two
+// halves). y < -104.5 gives exactly 0.
+constexpr float kExpLow = -104.5f;
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f;
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP0 = 1.9875691500e-4f;
+constexpr float kExpP1 = 1.3981999507e-3f;
+constexpr float kExpP2 = 8.3334519073e-3f;
+constexpr float kExpP3 = 4.1665795894e-2f;
+constexpr float kExpP4 = 1.6666665459e-1f;
+constexpr float kExpP5 = 5.0000001201e-1f;
+
+#if defined(__AVX512F__)
+
+constexpr size_t kLanes = 16;
+using Mask = __mmask16;
+
+struct Vec {
+  __m512 v;
+  static Vec Broadcast(float f) { return {_mm512_set1_ps(f)}; }
+  static Vec Zero() { return {_mm512_setzero_ps()}; }
+  static Vec Load(const float* p) { return {_mm512_loadu_ps(p)}; }
+  static Vec Load(const Float16* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
+  static Vec Load(const BFloat16* p) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16))};
+  }
+  void Store(float* p) const { _mm512_storeu_ps(p, v); }
+  void Store(Float16* p) const {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  void Store(BFloat16* p) const {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+    const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    const __m512i bits = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), rounded, nan);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bits));
+  }
+  // non-temporal: f32 needs 64-byte, half types 32-byte alignment
+  void Stream(float* p) const { _mm512_stream_ps(p, v); }
+  void Stream(Float16* p) const {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  void Stream(BFloat16* p) const {
+    alignas(32) BFloat16 bits[16];
+    Store(bits);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm256_load_si256(reinterpret_cast<const __m256i*>(bits)));
+  }
+  friend Vec operator+(Vec a, Vec b) { return {_mm512_add_ps(a.v, b.v)}; }
+  friend Vec operator-(Vec a, Vec b) { return {_mm512_sub_ps(a.v, b.v)}; }
+  friend Vec operator*(Vec a, Vec b) { return {_mm512_mul_ps(a.v, b.v)}; }
+};
+
+inline Vec Fma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline Vec Abs(Vec a) { return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7FFFFFFF)))}; }
+inline Vec Neg(Vec a) { return {_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(INT32_MIN)))}; }
+inline Vec NegAbs(Vec a) { return {_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(INT32_MIN)))}; }
+inline Mask Less(Vec a, Vec b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
+inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {_mm512_mask_blend_ps(m, if_false.v, if_true.v)}; }
+inline float ReduceAdd(Vec a) { return _mm512_reduce_add_ps(a.v); }
+inline void StreamFence() { _mm_sfence(); }
+
+// 1/d to ~1 ulp: the 14-bit estimate and one Newton step.
+inline Vec Rcp(Vec d) {
+  const __m512 r = _mm512_rcp14_ps(d.v);
+  return {_mm512_fmadd_ps(r, _mm512_fnmadd_ps(d.v, r, _mm512_set1_ps(1.0f)), r)};
+}
+
+inline Vec ExpNeg(Vec y) {
+  const __m512 x = _mm512_max_ps(_mm512_set1_ps(kExpLow), y.v);  // NaN stays: max returns its second operand
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpP0);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP1));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP2));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP3));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP4));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpP5));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  // p * 2^n in one instruction, rounded once, subnormal results included
+  return {_mm512_scalef_ps(p, n)};
+}
+
+#elif defined(__AVX2__)
+
+constexpr size_t kLanes = 8;
+using Mask = __m256;
+
+struct Vec {
+  __m256 v;
+  static Vec Broadcast(float f) { return {_mm256_set1_ps(f)}; }
+  static Vec Zero() { return {_mm256_setzero_ps()}; }
+  static Vec Load(const float* p) { return {_mm256_loadu_ps(p)}; }
+  static Vec Load(const Float16* p) { return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))}; }
+  static Vec Load(const BFloat16* p) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(wide, 16))};
+  }
+  void Store(float* p) const { _mm256_storeu_ps(p, v); }
+  void Store(Float16* p) const {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  void Store(BFloat16* p) const {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+    const __m256i nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    const __m256i bits = _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    // pack the 8 low halves (values <= 0xFFFF, so unsigned saturation changes nothing)
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  }
+  void Stream(float* p) const { _mm256_stream_ps(p, v); }
+  template <typename T>
+  void Stream(T* p) const {
+    Store(p);
+  }
+  friend Vec operator+(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }
+  friend Vec operator-(Vec a, Vec b) { return {_mm256_sub_ps(a.v, b.v)}; }
+  friend Vec operator*(Vec a, Vec b) { return {_mm256_mul_ps(a.v, b.v)}; }
+};
+
+inline Vec Fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline Vec Abs(Vec a) { return {_mm256_and_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)))}; }
+inline Vec Neg(Vec a) { return {_mm256_xor_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)))}; }
+inline Vec NegAbs(Vec a) { return {_mm256_or_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)))}; }
+inline Mask Less(Vec a, Vec b) { return _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ); }
+inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {_mm256_blendv_ps(if_false.v, if_true.v, m)}; }
+inline float ReduceAdd(Vec a) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
+}
+inline void StreamFence() { _mm_sfence(); }
+// AVX2's reciprocal estimate has 12 bits: divide instead (one per vector, off the critical path).
+inline Vec Rcp(Vec d) { return {_mm256_div_ps(_mm256_set1_ps(1.0f), d.v)}; }
+
+inline Vec ExpNeg(Vec y) {
+  const __m256 x = _mm256_max_ps(_mm256_set1_ps(kExpLow), y.v);  // NaN stays
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpP0);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpP1));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpP2));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpP3));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpP4));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpP5));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i ni = _mm256_cvtps_epi32(n);
+  const __m256i half = _mm256_srai_epi32(ni, 1);
+  const __m256i bias = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias), 23));
+  return {_mm256_mul_ps(_mm256_mul_ps(p, s1), s2)};
+}
+
+#else  // portable scalar: one lane, the same algorithm
+
+constexpr size_t kLanes = 1;
+using Mask = bool;
+
+struct Vec {
+  float v;
+  static Vec Broadcast(float f) { return {f}; }
+  static Vec Zero() { return {0.0f}; }
+  template <typename T>
+  static Vec Load(const T* p) {
+    return {ToFloat(*p)};
+  }
+  template <typename T>
+  void Store(T* p) const {
+    *p = FromFloat<T>(v);
+  }
+  template <typename T>
+  void Stream(T* p) const {
+    Store(p);
+  }
+  friend Vec operator+(Vec a, Vec b) { return {a.v + b.v}; }
+  friend Vec operator-(Vec a, Vec b) { return {a.v - b.v}; }
+  friend Vec operator*(Vec a, Vec b) { return {a.v * b.v}; }
+};
+
+inline Vec Fma(Vec a, Vec b, Vec c) { return {a.v * b.v + c.v}; }
+inline Vec Abs(Vec a) { return {a.v < 0.0f ? -a.v : a.v}; }
+inline Vec Neg(Vec a) { return {-a.v}; }
+inline Vec NegAbs(Vec a) { return {a.v > 0.0f ? -a.v : a.v}; }
+inline Mask Less(Vec a, Vec b) { return a.v < b.v; }
+inline Vec Select(Mask m, Vec if_true, Vec if_false) { return m ? if_true : if_false; }
+inline float ReduceAdd(Vec a) { return a.v; }
+inline void StreamFence() {}
+inline Vec Rcp(Vec d) { return {1.0f / d.v}; }
+
+inline Vec ExpNeg(Vec y) {
+  if (y.v != y.v) return y;  // NaN (before the conversion to int below)
+  const float x = y.v < kExpLow ? kExpLow : y.v;
+  const float t = x * kLog2e;
+  const float n = static_cast<float>(static_cast<int32_t>(t - 0.5f));  // x <= 0: round half away
+  float r = x - n * kLn2Hi;
+  r = r - n * kLn2Lo;
+  float p = kExpP0;
+  p = p * r + kExpP1;
+  p = p * r + kExpP2;
+  p = p * r + kExpP3;
+  p = p * r + kExpP4;
+  p = p * r + kExpP5;
+  p = p * (r * r) + (r + 1.0f);
+  const int32_t ni = static_cast<int32_t>(n);
+  const int32_t half = ni >> 1;
+  const float s1 = BitsFloat(static_cast<uint32_t>(half + 127) << 23);
+  const float s2 = BitsFloat(static_cast<uint32_t>(ni - half + 127) << 23);
+  return {p * s1 * s2};
+}
+
+#endif
+
+// A partial vector (n < kLanes values) through a zero-padded buffer: tails take the same path.
+template <typename T>
+inline Vec LoadPartial(const T* p, size_t n) {
+  T buffer[kLanes];
+  std::memset(buffer, 0, sizeof(buffer));
+  std::memcpy(buffer, p, n * sizeof(T));
+  return Vec::Load(buffer);
+}
+
+template <typename T>
+inline void StorePartial(Vec v, T* p, size_t n) {
+  T buffer[kLanes];
+  v.Store(buffer);
+  std::memcpy(p, buffer, n * sizeof(T));
+}
+
+// v with the lanes from `count` on set to zero (a tail must not add padding into a sum).
+inline Vec KeepFirst(Vec v, size_t count) {
+  float buffer[kLanes];
+  v.Store(buffer);
+  for (size_t i = count; i < kLanes; ++i) buffer[i] = 0.0f;
+  return Vec::Load(buffer);
+}
+
+template <typename T = float>
+inline T* Scratch(size_t count, int slot) {
+  return static_cast<T*>(ThreadScratch(count * sizeof(T), slot));
+}
+
+// sigmoid(u) from e = exp(-|u|) <= 1 and q = 1 / (1 + e): s = q for u >= 0, e q for u < 0, so both
+// tails are relatively exact and nothing overflows; and s (1 - s) = e q^2 on either side.
+struct SigmoidParts {
+  Vec q, eq;
+  Mask negative;
+  Vec s() const { return Select(negative, eq, q); }
+};
+
+inline SigmoidParts SigmoidOf(Vec u) {
+  const Vec e = ExpNeg(NegAbs(u));
+  const Vec q = Rcp(Vec::Broadcast(1.0f) + e);
+  return {q, e * q, Less(u, Vec::Zero())};
+}
+
+// Non-temporal stores for outputs far bigger than the caches (no read-for-ownership of the
+// destination); the pointer must be aligned to the vector width.
+inline bool StreamAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % (kLanes * 4) == 0; }
+
+}  // namespace ASCEND_GRAD_ISA
+}  // namespace ascend_grad
