@@ -70,23 +70,23 @@ void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
 
   const double M = static_cast<double>(Cg * HxW);
   const float c1 = static_cast<float>(sum_dbeta / M), c2 = static_cast<float>(sum_dgamma / M);
-  // dx = rstd gamma g - rstd c1 - rstd c2 xhat, with xhat = (x - mean) rstd
-  const float r = a.rstd[task];
-  const Vec shift = Vec::Broadcast(-r * c1);
-  const Vec tilt = Vec::Broadcast(-r * c2 * r);  // times (x - mean)
+  // dx = rstd * ((g * gamma - c1) - xhat * c2), in the formula's own order: where the math gives 0
+  // (a group of one element: g * gamma == c1, xhat == 0) the result is exactly 0
+  const Vec c1v = Vec::Broadcast(c1), c2v = Vec::Broadcast(c2);
   for (int64_t c = 0; c < Cg; ++c) {
-    const Vec weight = Vec::Broadcast(r * a.gamma[c0 + c]);  // times g
+    const Vec gamma = Vec::Broadcast(a.gamma[c0 + c]);
     const T* x_row = x + c * HxW;
     const float* g_row = g_all + c * HxW;
     T* dx_row = dx + c * HxW;
     int64_t i = 0;
     for (; i + static_cast<int64_t>(kLanes) <= HxW; i += kLanes) {
-      Fma(weight, Vec::Load(g_row + i), Fma(tilt, Vec::Load(x_row + i) - mean, shift)).Store(dx_row + i);
+      const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
+      (rstd * FnMadd(xhat, c2v, Vec::Load(g_row + i) * gamma - c1v)).Store(dx_row + i);
     }
     if (i < HxW) {
       const size_t count = static_cast<size_t>(HxW - i);
-      StorePartial(Fma(weight, LoadPartial(g_row + i, count), Fma(tilt, LoadPartial(x_row + i, count) - mean, shift)),
-                   dx_row + i, count);
+      const Vec xhat = (LoadPartial(x_row + i, count) - mean) * rstd;
+      StorePartial(rstd * FnMadd(xhat, c2v, LoadPartial(g_row + i, count) * gamma - c1v), dx_row + i, count);
     }
   }
 }
@@ -101,13 +101,12 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
   T* dx = static_cast<T*>(a.dx) + n * HxW * C;
   // per-channel tables: mean, rstd; float block sums; then the pass-2 coefficients (a vector's worth
   // of padding: a tail load may read past the last table, its extra lanes are dropped)
-  float* mean_c = Scratch(static_cast<size_t>(7 * C) + kLanes, 1);
+  float* mean_c = Scratch(static_cast<size_t>(6 * C) + kLanes, 1);
   float* rstd_c = mean_c + C;
   float* block_dbeta = rstd_c + C;
   float* block_dgamma = block_dbeta + C;
-  float* weight_c = block_dgamma + C;
-  float* shift_c = weight_c + C;
-  float* tilt_c = shift_c + C;
+  float* c1_c = block_dgamma + C;  // the (n, group) coefficients, per channel
+  float* c2_c = c1_c + C;
   double* dbeta = Scratch<double>(static_cast<size_t>(2 * C), 2);
   double* dgamma = dbeta + C;
   for (int64_t c = 0; c < 2 * C; ++c) dbeta[c] = 0.0;
@@ -160,9 +159,8 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
     }
     const float c1 = static_cast<float>(sum_dbeta / M), c2 = static_cast<float>(sum_dgamma / M);
     for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
-      weight_c[c] = rstd_c[c] * a.gamma[c];
-      shift_c[c] = -rstd_c[c] * c1;
-      tilt_c[c] = -rstd_c[c] * c2;
+      c1_c[c] = c1;
+      c2_c[c] = c2;
     }
   }
 
@@ -171,7 +169,8 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
       const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
       Vec g, xhat;
       terms(dy + p * C, x + p * C, c, count, &g, &xhat);
-      const Vec out = Fma(Vec::Load(weight_c + c), g, Fma(Vec::Load(tilt_c + c), xhat, Vec::Load(shift_c + c)));
+      const Vec gamma = count == kLanes ? Vec::Load(a.gamma + c) : LoadPartial(a.gamma + c, count);
+      const Vec out = Vec::Load(rstd_c + c) * FnMadd(xhat, Vec::Load(c2_c + c), g * gamma - Vec::Load(c1_c + c));
       if (count == kLanes) {
         out.Store(dx + p * C + c);
       } else {

@@ -85,6 +85,7 @@ struct Vec {
 };
 
 inline Vec Fma(Vec a, Vec b, Vec c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+inline Vec FnMadd(Vec a, Vec b, Vec c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)}; }  // c - a b
 inline Vec Abs(Vec a) { return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7FFFFFFF)))}; }
 inline Vec Neg(Vec a) { return {_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(INT32_MIN)))}; }
 inline Vec NegAbs(Vec a) { return {_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(INT32_MIN)))}; }
@@ -155,6 +156,7 @@ struct Vec {
 };
 
 inline Vec Fma(Vec a, Vec b, Vec c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline Vec FnMadd(Vec a, Vec b, Vec c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)}; }
 inline Vec Abs(Vec a) { return {_mm256_and_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)))}; }
 inline Vec Neg(Vec a) { return {_mm256_xor_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)))}; }
 inline Vec NegAbs(Vec a) { return {_mm256_or_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)))}; }
@@ -216,6 +218,7 @@ struct Vec {
 };
 
 inline Vec Fma(Vec a, Vec b, Vec c) { return {a.v * b.v + c.v}; }
+inline Vec FnMadd(Vec a, Vec b, Vec c) { return {c.v - a.v * b.v}; }
 inline Vec Abs(Vec a) { return {a.v < 0.0f ? -a.v : a.v}; }
 inline Vec Neg(Vec a) { return {-a.v}; }
 inline Vec NegAbs(Vec a) { return {a.v > 0.0f ? -a.v : a.v}; }

@@ -77,8 +77,16 @@ def run_reference_evaluator(model: onnx.ModelProto, feeds: Mapping[str, np.ndarr
     return {name: np.asarray(v) for name, v in zip(evaluator.output_names, outputs)}
 
 
-# The two ways the tests run a model: name -> run(model, feeds) -> {output name: array}.
-RUNNERS = {"onnxruntime": run_onnxruntime, "reference_evaluator": run_reference_evaluator}
+def run_kernels(model: onnx.ModelProto | str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run on onnxruntime with the ascend-grad kernel library registered (the fused C++ kernels)."""
+    from ascend_grad import runtime_ext
+
+    return run_onnxruntime(model, feeds, runtime_ext.session_options())
+
+
+# The ways the tests run a model: name -> run(model, feeds) -> {output name: array}. The first two
+# run the function bodies (inlined), the last the kernels.
+RUNNERS = {"onnxruntime": run_onnxruntime, "reference_evaluator": run_reference_evaluator, "kernels": run_kernels}
 
 
 def random_array(rng: np.random.Generator, shape, dtype, scale: float = 1.0, offset: float = 0.0) -> np.ndarray:

@@ -1,0 +1,69 @@
+"""The kernel library itself: where it is, what it exports, the op set's identity, the kernels run
+without any function body, and every instruction-set path passes the op tests."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import ascend_grad
+from ascend_grad import ops, runtime_ext
+from ascend_grad.testing import assert_close, random_array, run_onnxruntime
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_library_path_and_session_options():
+    path = Path(runtime_ext.library_path())
+    assert path.is_absolute() and path.is_file() and path.name == "libascend_grad_kernels.so"
+    base = ort.SessionOptions()
+    base.intra_op_num_threads = 2
+    assert runtime_ext.session_options(base) is base
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="needs binutils' nm")
+def test_exports_only_register_custom_ops():
+    done = subprocess.run(["nm", "-D", "--defined-only", runtime_ext.library_path()], capture_output=True, text=True, check=True)
+    assert [line.split()[-1] for line in done.stdout.splitlines()] == ["RegisterCustomOps"]
+
+
+def test_domain_and_version_agree_with_the_cpp_constants():
+    header = (REPO / "runtime_ext" / "op_set.h").read_text()
+    assert re.search(r'kDomain = "([^"]+)"', header).group(1) == ascend_grad.DOMAIN
+    assert int(re.search(r"kOpsetVersion = (\d+)", header).group(1)) == ascend_grad.OPSET_VERSION
+
+
+def test_kernels_run_a_model_with_no_function_body(rng):
+    """Only the library can run this model: so its domain and version are the op set's."""
+    go, x = random_array(rng, (3, 33), np.float32), random_array(rng, (3, 33), np.float32, scale=3.0, offset=1.0)
+    model = ops.make_node_model("SiluBackward", {"gradOutput": go, "self": x})
+    del model.functions[:]
+    with pytest.raises(Exception, match="SiluBackward"):
+        run_onnxruntime(model, {"gradOutput": go, "self": x})
+    out = run_onnxruntime(model, {"gradOutput": go, "self": x}, runtime_ext.session_options())["gradInput"]
+    assert_close(out, ops.reference.silu_backward(go, x))
+
+
+@pytest.mark.skipif(os.environ.get("ASCEND_GRAD_ISA") is not None, reason="already inside an instruction-set run")
+@pytest.mark.parametrize("isa", ["avx2", "generic"])
+def test_every_instruction_set_passes_the_op_tests(isa):
+    """The op tests' kernel cases again, with the library forced onto a narrower instruction set."""
+    if isa == "avx2" and not _cpu_has("avx2"):
+        pytest.skip("this CPU has no AVX2")
+    env = dict(os.environ, ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1")
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-k", "kernels", "-p", "no:cacheprovider", "-s", str(REPO / "tests" / "ops")]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"ascend-grad: {isa} kernels" in done.stderr + done.stdout
+    assert re.search(r"\d+ passed", done.stdout)
+
+
+def _cpu_has(flag):
+    return flag in Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else False
