@@ -9,7 +9,7 @@ y has x's dtype T; mean and rstd are (N, G) in gamma's dtype U.
 """
 
 import onnx
-from onnxscript import BOOL, FLOAT, script
+from onnxscript import BOOL, DOUBLE, FLOAT, script
 from onnxscript import opset18 as op
 
 from ascend_grad.ops._group_norm import CheckedLayout, GroupNormLayout
@@ -38,9 +38,12 @@ def GroupNormSwish(
     X = op.Reshape(op.Cast(x, to=FLOAT.dtype), view)
     gam = op.Reshape(op.Cast(gamma, to=FLOAT.dtype), param_view)
     bet = op.Reshape(op.Cast(beta, to=FLOAT.dtype), param_view)
-    # Two passes (mean, then the centred sum of squares): no cancellation when |mean| >> std.
-    mu = op.ReduceSum(X, group_axes, keepdims=1) / M
-    centred = X - mu
+    # Two passes (mean, then the centred sum of squares): no cancellation when |mean| >> std. The
+    # mean is summed in double and kept as float hi + lo, so x - mean = (x - hi) - lo keeps its
+    # digits when a group's values nearly agree.
+    mu64 = op.ReduceSum(op.Cast(X, to=DOUBLE.dtype), group_axes, keepdims=1) / op.Cast(M, to=DOUBLE.dtype)
+    mu = op.Cast(mu64, to=FLOAT.dtype)
+    centred = (X - mu) - op.Cast(mu64 - op.Cast(mu, to=DOUBLE.dtype), to=FLOAT.dtype)
     var = op.ReduceSum(centred * centred, group_axes, keepdims=1) / M
     r = op.Reciprocal(op.Sqrt(var + op.Constant(value_float=eps)))
     z = centred * r * gam + bet

@@ -3,6 +3,10 @@
 //
 //   mean, then var = mean((x - mean)^2) in a second pass (no cancellation when |mean| >> std),
 //   rstd = 1 / sqrt(var + eps),  z = (x - mean) * rstd * gamma[c] + beta[c],  y = z * sigmoid(b z)
+//
+// The mean is summed in double and kept as float hi + lo parts: x - mean = (x - hi) - lo, where
+// x - hi is exact for x near the mean. A group whose values nearly agree (two elements 1e-3 apart)
+// would otherwise lose digits of x - mean to the rounding of the mean.
 #pragma once
 
 #include <cmath>
@@ -39,11 +43,16 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
 
   double sum = 0.0;
   for (int64_t c = 0; c < Cg; ++c) sum += RowSum(x + c * HxW, HxW, [](Vec v) { return v; });
-  const float mean = static_cast<float>(sum / M);
-  const Vec mean_v = Vec::Broadcast(mean);
+  const double mean_d = sum / M;
+  const float mean = static_cast<float>(mean_d);
+  const Vec hi = Vec::Broadcast(mean), lo = Vec::Broadcast(static_cast<float>(mean_d - mean));
+  auto centred = [&](Vec v) { return (v - hi) - lo; };
   double squares = 0.0;
   for (int64_t c = 0; c < Cg; ++c) {
-    squares += RowSum(x + c * HxW, HxW, [&](Vec v) { return (v - mean_v) * (v - mean_v); });
+    squares += RowSum(x + c * HxW, HxW, [&](Vec v) {
+      const Vec d = centred(v);
+      return d * d;
+    });
   }
   const float rstd = static_cast<float>(1.0 / std::sqrt(squares / M + static_cast<double>(a.eps)));
   a.mean[task] = mean;
@@ -56,11 +65,11 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
     T* y_row = y + c * HxW;
     int64_t i = 0;
     for (; i + static_cast<int64_t>(kLanes) <= HxW; i += kLanes) {
-      Swish(Fma(Vec::Load(x_row + i) - mean_v, weight, beta), scale, a.activate_swish).Store(y_row + i);
+      Swish(Fma(centred(Vec::Load(x_row + i)), weight, beta), scale, a.activate_swish).Store(y_row + i);
     }
     if (i < HxW) {
       const size_t count = static_cast<size_t>(HxW - i);
-      StorePartial(Swish(Fma(LoadPartial(x_row + i, count) - mean_v, weight, beta), scale, a.activate_swish), y_row + i, count);
+      StorePartial(Swish(Fma(centred(LoadPartial(x_row + i, count)), weight, beta), scale, a.activate_swish), y_row + i, count);
     }
   }
 }
@@ -70,8 +79,9 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   const int64_t C = a.C, Cg = a.C / a.G, HxW = a.HxW;
   const T* x = static_cast<const T*>(a.x) + n * HxW * C;
   T* y = static_cast<T*>(a.y) + n * HxW * C;
-  float* mean_c = Scratch(static_cast<size_t>(3 * C) + kLanes, 1);
-  float* block = mean_c + C;
+  float* mean_c = Scratch(static_cast<size_t>(4 * C) + kLanes, 1);  // mean as hi + lo per channel
+  float* mean_lo_c = mean_c + C;
+  float* block = mean_lo_c + C;
   float* weight_c = block + C;
   double* sums = Scratch<double>(static_cast<size_t>(C), 2);
   const double M = static_cast<double>(Cg * HxW);
@@ -97,11 +107,17 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   for (int64_t grp = 0; grp < a.G; ++grp) {
     double total = 0.0;
     for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) total += sums[c];
-    a.mean[n * a.G + grp] = static_cast<float>(total / M);
-    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) mean_c[c] = a.mean[n * a.G + grp];
+    const double mean_d = total / M;
+    a.mean[n * a.G + grp] = static_cast<float>(mean_d);
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
+      mean_c[c] = static_cast<float>(mean_d);
+      mean_lo_c[c] = static_cast<float>(mean_d - mean_c[c]);
+    }
   }
+  // x - mean for channels [c, c + count)
+  auto centred = [&](Vec v, int64_t c, size_t count) { return (v - LoadPartial(mean_c + c, count)) - LoadPartial(mean_lo_c + c, count); };
   channel_sums([&](Vec v, int64_t c) {
-    const Vec d = v - LoadPartial(mean_c + c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes));
+    const Vec d = centred(v, c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes));
     return d * d;
   });
   for (int64_t grp = 0; grp < a.G; ++grp) {
@@ -116,7 +132,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   for (int64_t p = 0; p < HxW; ++p) {
     for (int64_t c = 0; c < C; c += kLanes) {
       const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
-      const Vec z = Fma(LoadPartial(x + p * C + c, count) - LoadPartial(mean_c + c, count), LoadPartial(weight_c + c, count),
+      const Vec z = Fma(centred(LoadPartial(x + p * C + c, count), c, count), LoadPartial(weight_c + c, count),
                         LoadPartial(a.beta + c, count));
       StorePartial(Swish(z, scale, a.activate_swish), y + p * C + c, count);
     }
