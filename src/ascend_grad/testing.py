@@ -28,7 +28,7 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": BFLOAT16}
 
 
-def _to_ort_value(array: np.ndarray):
+def to_ort_value(array: np.ndarray):
     import onnxruntime as ort
 
     array = np.require(array, requirements="C")  # (np.ascontiguousarray would make rank 0 rank 1)
@@ -63,7 +63,7 @@ def run_onnxruntime(
 
     session = ort.InferenceSession(_serialized(model), session_options, providers=["CPUExecutionProvider"])
     names = list(output_names or [o.name for o in session.get_outputs()])
-    values = session.run_with_ort_values(names, {k: _to_ort_value(v) for k, v in feeds.items()})
+    values = session.run_with_ort_values(names, {k: to_ort_value(v) for k, v in feeds.items()})
     return {name: _from_ort_value(v) for name, v in zip(names, values)}
 
 

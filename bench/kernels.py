@@ -1,0 +1,209 @@
+"""The kernel benchmark: the fused kernels against every competitor, side by side, in one run.
+
+    python -m ascend_grad.bench.kernels [--threads 1 2] [--dtypes float32 bfloat16] [--no-compile]
+
+For each case it prints medians (ms) of
+  fused      onnxruntime with the ascend-grad kernel library (the op as one node),
+  aten       PyTorch eager: aten.silu_backward / aten.mish_backward; for GroupNorm+SiLU the
+             recompute path native_group_norm + silu_backward + native_group_norm_backward,
+  compile    the same PyTorch function through torch.compile (inductor),
+  decomposed onnxruntime running the op's ONNX function body (primitive ops, inlined),
+  floor      the memory-bandwidth floor: bytes that must move / streaming bandwidth measured in
+             this run (an onnxruntime Add over arrays of the same size and thread count),
+and the ratios competitor / fused (higher is better for us) and fused / floor (1.0 is the floor).
+Elementwise cases move 2 inputs and 1 output; GroupNormSwishGrad is two passes (x, dy; then x, dy
+again and dx): 5 arrays of T.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ascend_grad import ops, runtime_ext
+from ascend_grad.testing import BFLOAT16, group_norm_feeds, random_array, to_ort_value
+
+SIZES = [1 << 20, 1 << 24]
+GROUP_NORM_SHAPES = [(2, 320, 64, 64), (8, 128, 32, 32), (1, 512, 128, 128)]
+GROUPS = 32
+
+
+def median_ms(fn, min_seconds=0.4, min_reps=5, max_reps=300) -> float:
+    fn()  # warm up (first-touch, lazy initialisation)
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or (time.perf_counter() - start < min_seconds and len(times) < max_reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return float(np.median(times) * 1e3)
+
+
+def _ort_runner(model, feeds, threads, with_kernels):
+    """A zero-argument callable running the model once through IO binding (outputs from the arena)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    if with_kernels:
+        runtime_ext.session_options(options)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    binding = session.io_binding()
+    values = {name: to_ort_value(value) for name, value in feeds.items()}
+    for name, value in values.items():
+        binding.bind_ortvalue_input(name, value)
+    for output in session.get_outputs():
+        binding.bind_output(output.name, "cpu")
+    return lambda: session.run_with_iobinding(binding)
+
+
+_bandwidth_cache: dict[tuple[int, int], float] = {}
+
+
+def stream_bandwidth(array_bytes: int, threads: int) -> float:
+    """Bytes per second of c = a + b over float32 arrays of array_bytes each (2 reads, 1 write)."""
+    key = (array_bytes, threads)
+    if key not in _bandwidth_cache:
+        from onnx import TensorProto, helper
+
+        n = max(array_bytes // 4, 1)
+        graph = helper.make_graph(
+            [helper.make_node("Add", ["a", "b"], ["c"])],
+            "stream",
+            [helper.make_tensor_value_info(k, TensorProto.FLOAT, [n]) for k in "ab"],
+            [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+        a, b = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+        seconds = median_ms(_ort_runner(model, {"a": a, "b": b}, threads, False)) / 1e3
+        if threads == 1:  # numpy's add is one thread: keep the faster of the two
+            c = np.empty_like(a)
+            seconds = min(seconds, median_ms(lambda: np.add(a, b, out=c)) / 1e3)
+        _bandwidth_cache[key] = 3 * n * 4 / seconds
+    return _bandwidth_cache[key]
+
+
+@dataclass
+class Row:
+    case: str
+    dtype: str
+    threads: int
+    fused: float
+    aten: float | None
+    compiled: float | None
+    decomposed: float
+    floor: float
+
+    def cells(self) -> list[str]:
+        def vs(t):
+            return "n/a" if t is None else f"{t:.3f} ({t / self.fused:.1f}x)"
+
+        return [self.case, self.dtype, str(self.threads), f"{self.fused:.3f}", vs(self.aten), vs(self.compiled),
+                vs(self.decomposed), f"{self.floor:.3f} ({self.fused / self.floor:.2f}x)"]
+
+
+HEADER = ["case", "dtype", "threads", "fused ms", "ATen ms (x fused)", "torch.compile ms (x)", "ORT decomposed ms (x)",
+          "floor ms (fused/floor)"]
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _torch_timings(torch, fn, args, threads, compile_too):
+    torch.set_num_threads(threads)
+    aten = median_ms(lambda: fn(*args))
+    compiled = None
+    if compile_too:
+        compiled_fn = torch.compile(fn, dynamic=False)
+        compiled = median_ms(lambda: compiled_fn(*args))
+    return aten, compiled
+
+
+def elementwise_rows(op_type, n, dtype, threads, torch, compile_too):
+    rng = np.random.default_rng(0)
+    go, x = random_array(rng, n, dtype), random_array(rng, n, dtype, scale=4.0)
+    feeds = {"gradOutput": go, "self": x}
+    model = ops.make_node_model(op_type, feeds)
+    fused = median_ms(_ort_runner(model, feeds, threads, True))
+    decomposed = median_ms(_ort_runner(model, feeds, threads, False))
+    aten = compiled = None
+    if torch is not None:
+        tdtype = torch.bfloat16 if dtype == BFLOAT16 else torch.float32
+        args = (torch.from_numpy(go.astype(np.float32)).to(tdtype), torch.from_numpy(x.astype(np.float32)).to(tdtype))
+        fn = torch.ops.aten.silu_backward if op_type == "SiluBackward" else torch.ops.aten.mish_backward
+        aten, compiled = _torch_timings(torch, lambda g, v: fn(g, v), args, threads, compile_too)
+    size = dtype.itemsize
+    floor = 3 * n * size / stream_bandwidth(n * size, threads) * 1e3
+    label = f"{op_type} {n >> 20}M"
+    return Row(label, dtype.name, threads, fused, aten, compiled, decomposed, floor)
+
+
+def group_norm_rows(shape, dtype, threads, torch, compile_too):
+    rng = np.random.default_rng(0)
+    feeds = group_norm_feeds(rng, shape, GROUPS, dtype, dtype)
+    model = ops.make_node_model("GroupNormSwishGrad", feeds, num_groups=GROUPS)
+    fused = median_ms(_ort_runner(model, feeds, threads, True))
+    decomposed = median_ms(_ort_runner(model, feeds, threads, False))
+    aten = compiled = None
+    if torch is not None:
+        tdtype = torch.bfloat16 if dtype == BFLOAT16 else torch.float32
+
+        def recompute(dy, x, gamma, beta):
+            N, C = x.shape[:2]
+            HxW = x.numel() // (N * C)
+            z, mean, rstd = torch.ops.aten.native_group_norm(x, gamma, beta, N, C, HxW, GROUPS, 1e-5)
+            g = torch.ops.aten.silu_backward(dy, z)
+            return torch.ops.aten.native_group_norm_backward(g, x, mean, rstd, gamma, N, C, HxW, GROUPS, [True, True, True])
+
+        args = tuple(torch.from_numpy(feeds[k].astype(np.float32)).to(tdtype) for k in ("dy", "x", "gamma", "beta"))
+        aten, compiled = _torch_timings(torch, recompute, args, threads, compile_too)
+    n = int(np.prod(shape))
+    floor = 5 * n * dtype.itemsize / stream_bandwidth(n * dtype.itemsize, threads) * 1e3
+    return Row(f"GroupNormSwishGrad {shape} G={GROUPS}", dtype.name, threads, fused, aten, compiled, decomposed, floor)
+
+
+def run(threads=(1, 2), dtypes=("float32", "bfloat16"), compile_too=True, out=sys.stdout) -> list[Row]:
+    import platform
+
+    torch = _torch()
+    print(f"# ascend-grad kernel benchmark: {platform.processor() or platform.machine()}, "
+          f"{__import__('os').cpu_count()} cores, torch {torch.__version__ if torch else 'absent'}", file=out)
+    print("| " + " | ".join(HEADER) + " |", file=out)
+    print("|" + "---|" * len(HEADER), file=out, flush=True)
+    rows = []
+    chosen = [np.dtype(np.float32) if d == "float32" else BFLOAT16 for d in dtypes]
+    for dtype in chosen:
+        for t in threads:
+            cases = [lambda op=op, n=n: elementwise_rows(op, n, dtype, t, torch, compile_too)
+                     for op in ("SiluBackward", "MishBackward") for n in SIZES]
+            cases += [lambda shape=shape: group_norm_rows(shape, dtype, t, torch, compile_too) for shape in GROUP_NORM_SHAPES]
+            for case in cases:
+                row = case()
+                rows.append(row)
+                print("| " + " | ".join(row.cells()) + " |", file=out, flush=True)
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ascend_grad.bench.kernels", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles each case once)")
+    args = parser.parse_args(argv)
+    run(tuple(args.threads), tuple(args.dtypes), not args.no_compile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
