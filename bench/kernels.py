@@ -1,6 +1,6 @@
 """The kernel benchmark: the fused kernels against every competitor, side by side, in one run.
 
-    python -m ascend_grad.bench.kernels [--threads 1 2] [--dtypes float32 bfloat16] [--no-compile]
+    python -m ascend_grad.bench.kernels [--threads 1 2] [--dtypes float32 bfloat16 float16] [--no-compile]
 
 For each case it prints medians (ms) of
   fused      onnxruntime with the ascend-grad kernel library (the op as one node),
@@ -30,6 +30,8 @@ from ascend_grad.testing import BFLOAT16, group_norm_feeds, random_array, to_ort
 SIZES = [1 << 20, 1 << 24]
 GROUP_NORM_SHAPES = [(2, 320, 64, 64), (8, 128, 32, 32), (1, 512, 128, 128)]
 GROUPS = 32
+DTYPES = {"float32": np.dtype(np.float32), "bfloat16": BFLOAT16, "float16": np.dtype(np.float16)}
+TORCH_DTYPES = {"float32": lambda t: t.float32, "bfloat16": lambda t: t.bfloat16, "float16": lambda t: t.float16}
 
 
 def median_ms(fn, min_seconds=0.4, min_reps=5, max_reps=300) -> float:
@@ -101,7 +103,7 @@ class Row:
 
     def cells(self) -> list[str]:
         def vs(t):
-            return "n/a" if t is None else f"{t:.3f} ({t / self.fused:.1f}x)"
+            return "n/a" if t is None else f"{t:.3f} ({t / self.fused:.2f}x)"
 
         return [self.case, self.dtype, str(self.threads), f"{self.fused:.3f}", vs(self.aten), vs(self.compiled),
                 vs(self.decomposed), f"{self.floor:.3f} ({self.fused / self.floor:.2f}x)"]
@@ -121,9 +123,13 @@ def _torch():
 
 def _torch_timings(torch, fn, args, threads, compile_too):
     torch.set_num_threads(threads)
-    aten = median_ms(lambda: fn(*args))
+    try:
+        aten = median_ms(lambda: fn(*args))
+    except RuntimeError:  # a dtype this build of ATen has no CPU kernel for
+        return None, None
     compiled = None
     if compile_too:
+        torch._dynamo.reset()  # a fresh compile per case: past dynamo's recompile limit it would run eagerly
         compiled_fn = torch.compile(fn, dynamic=False)
         compiled = median_ms(lambda: compiled_fn(*args))
     return aten, compiled
@@ -138,7 +144,7 @@ def elementwise_rows(op_type, n, dtype, threads, torch, compile_too):
     decomposed = median_ms(_ort_runner(model, feeds, threads, False))
     aten = compiled = None
     if torch is not None:
-        tdtype = torch.bfloat16 if dtype == BFLOAT16 else torch.float32
+        tdtype = TORCH_DTYPES[dtype.name](torch)
         args = (torch.from_numpy(go.astype(np.float32)).to(tdtype), torch.from_numpy(x.astype(np.float32)).to(tdtype))
         fn = torch.ops.aten.silu_backward if op_type == "SiluBackward" else torch.ops.aten.mish_backward
         aten, compiled = _torch_timings(torch, lambda g, v: fn(g, v), args, threads, compile_too)
@@ -156,7 +162,7 @@ def group_norm_rows(shape, dtype, threads, torch, compile_too):
     decomposed = median_ms(_ort_runner(model, feeds, threads, False))
     aten = compiled = None
     if torch is not None:
-        tdtype = torch.bfloat16 if dtype == BFLOAT16 else torch.float32
+        tdtype = TORCH_DTYPES[dtype.name](torch)
 
         def recompute(dy, x, gamma, beta):
             N, C = x.shape[:2]
@@ -172,7 +178,7 @@ def group_norm_rows(shape, dtype, threads, torch, compile_too):
     return Row(f"GroupNormSwishGrad {shape} G={GROUPS}", dtype.name, threads, fused, aten, compiled, decomposed, floor)
 
 
-def run(threads=(1, 2), dtypes=("float32", "bfloat16"), compile_too=True, out=sys.stdout) -> list[Row]:
+def run(threads=(1, 2), dtypes=("float32", "bfloat16", "float16"), compile_too=True, out=sys.stdout) -> list[Row]:
     import platform
 
     torch = _torch()
@@ -181,7 +187,7 @@ def run(threads=(1, 2), dtypes=("float32", "bfloat16"), compile_too=True, out=sy
     print("| " + " | ".join(HEADER) + " |", file=out)
     print("|" + "---|" * len(HEADER), file=out, flush=True)
     rows = []
-    chosen = [np.dtype(np.float32) if d == "float32" else BFLOAT16 for d in dtypes]
+    chosen = [DTYPES[d] for d in dtypes]
     for dtype in chosen:
         for t in threads:
             cases = [lambda op=op, n=n: elementwise_rows(op, n, dtype, t, torch, compile_too)
@@ -198,7 +204,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ascend_grad.bench.kernels", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=["float32", "bfloat16"])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "float16"], choices=list(DTYPES))
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles each case once)")
     args = parser.parse_args(argv)
     run(tuple(args.threads), tuple(args.dtypes), not args.no_compile)

@@ -12,6 +12,7 @@ KernelTable GenericTable();
 #if defined(__x86_64__) || defined(_M_X64)
 KernelTable Avx2Table();
 KernelTable Avx512Table();
+KernelTable Avx512bf16Table();
 #endif
 
 namespace {
@@ -25,6 +26,7 @@ bool CpuHas(const char* isa) {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   }
+  if (std::strcmp(isa, "avx512bf16") == 0) return CpuHas("avx512") && __builtin_cpu_supports("avx512bf16");
   if (std::strcmp(isa, "avx2") == 0) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   }
@@ -34,6 +36,7 @@ bool CpuHas(const char* isa) {
 
 KernelTable TableFor(const char* isa) {
 #if defined(__x86_64__) || defined(_M_X64)
+  if (std::strcmp(isa, "avx512bf16") == 0) return Avx512bf16Table();
   if (std::strcmp(isa, "avx512") == 0) return Avx512Table();
   if (std::strcmp(isa, "avx2") == 0) return Avx2Table();
 #endif
@@ -50,7 +53,7 @@ void SelectKernels() {
     else std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_ISA=%s is not available on this CPU\n", wanted);
   }
   if (chosen == nullptr) {
-    for (const char* isa : {"avx512", "avx2", "generic"}) {
+    for (const char* isa : {"avx512bf16", "avx512", "avx2", "generic"}) {
       if (CpuHas(isa)) {
         chosen = isa;
         break;

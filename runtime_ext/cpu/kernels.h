@@ -61,7 +61,8 @@ struct KernelTable {
 // kernels use no standard-library template of their own.
 void* ThreadScratch(size_t bytes, int slot);
 
-// Choose the table: the widest instruction set the CPU has, or ASCEND_GRAD_ISA=avx512|avx2|generic.
+// Choose the table: the widest instruction set the CPU has, or
+// ASCEND_GRAD_ISA=avx512bf16|avx512|avx2|generic (avx512bf16: AVX-512 plus the bfloat16 conversion).
 void SelectKernels();
 const KernelTable& Kernels();
 

@@ -55,14 +55,24 @@ struct Vec {
   static Vec Load(const float* p) { return {_mm512_loadu_ps(p)}; }
   static Vec Load(const Float16* p) { return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))}; }
   static Vec Load(const BFloat16* p) {
-    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return {_mm512_castsi512_ps(_mm512_slli_epi32(wide, 16))};
+    // one permute puts bfloat16 k in the high half of float lane k and zeroes the low halves
+    const __m512i index = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0, 7, 0, 6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+    const __m512i raw = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return {_mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAA, index, raw))};
   }
   void Store(float* p) const { _mm512_storeu_ps(p, v); }
   void Store(Float16* p) const {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   void Store(BFloat16* p) const {
+#if defined(__AVX512BF16__)
+    // one instruction rounds to nearest even and keeps NaN, but flushes subnormal floats to zero:
+    // those (rare: |v| < 2^-126) take the integer rounding below
+    if (_mm512_fpclass_ps_mask(v, 0x20) == 0) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+      return;
+    }
+#endif
     const __m512i u = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
