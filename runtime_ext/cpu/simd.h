@@ -67,12 +67,15 @@ struct Vec {
   void Store(BFloat16* p) const {
 #if defined(__AVX512BF16__)
     // one instruction rounds to nearest even and keeps NaN, but flushes subnormal floats to zero:
-    // those (rare: |v| < 2^-126) take the integer rounding below
-    if (_mm512_fpclass_ps_mask(v, 0x20) == 0) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
-      return;
-    }
+    // a vector holding one (rare: |v| < 2^-126) takes the integer rounding, out of line
+    if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0)) return StoreRounded(v, p);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(v));
+#else
+    StoreRounded(v, p);
 #endif
+  }
+  // float -> bfloat16 with integer arithmetic: round to nearest even, NaN made quiet
+  __attribute__((noinline)) static void StoreRounded(__m512 v, BFloat16* p) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
