@@ -5,13 +5,14 @@
 // A Kernel type provides:
 //   static constexpr const char* kName;
 //   static constexpr size_t kInputs, kOutputs, kRequiredOutputs;   // outputs past these are optional
-//   static OrtStatus* Create(const OrtKernelInfo*, const DType* types, Kernel** out);
+//   OrtStatus* Init(const OrtKernelInfo*, const DType* types);   // attributes; an error drops the kernel
 //   OrtStatus* Compute(OrtKernelContext*);
 #pragma once
 
 #include <array>
 #include <climits>
 #include <cstring>
+#include <memory>
 
 #include "cpu/dtype.h"
 #include "cpu/ort.h"
@@ -44,10 +45,10 @@ struct TypedOp : OrtCustomOp {
     GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
     GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
     CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) -> OrtStatusPtr {
-      Kernel* created = nullptr;
-      OrtStatus* status = Kernel::Create(info, Self(op)->types.data(), &created);
-      *kernel = created;
-      return status;
+      auto created = std::make_unique<Kernel>();
+      ASCEND_GRAD_RETURN_IF_ERROR(created->Init(info, Self(op)->types.data()));
+      *kernel = created.release();
+      return nullptr;
     };
     KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatusPtr {
       return static_cast<Kernel*>(kernel)->Compute(context);

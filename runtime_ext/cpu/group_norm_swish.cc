@@ -4,23 +4,14 @@
 
 namespace ascend_grad {
 
-OrtStatus* GroupNormSwishKernel::Create(const OrtKernelInfo* info, const DType* types, GroupNormSwishKernel** out) {
-  auto kernel = new GroupNormSwishKernel();
-  kernel->t_ = types[0];
-  kernel->u_ = types[1];
-  OrtStatus* status = kernel->layout_.ReadAttributes(info, kName);
-  if (status == nullptr) status = ReadAttribute(info, kName, "eps", &kernel->eps_, 1e-5f);
-  if (status == nullptr && !(kernel->eps_ >= 0.0f)) {
-    status = InvalidArgument(kName, "eps must be >= 0, got " + std::to_string(kernel->eps_));
-  }
-  if (status == nullptr) status = ReadAttribute(info, kName, "swish_scale", &kernel->swish_scale_, 1.0f);
-  if (status == nullptr) status = ReadFlag(info, kName, "activate_swish", &kernel->activate_swish_);
-  if (status != nullptr) {
-    delete kernel;
-    return status;
-  }
-  *out = kernel;
-  return nullptr;
+OrtStatus* GroupNormSwishKernel::Init(const OrtKernelInfo* info, const DType* types) {
+  t_ = types[0];
+  u_ = types[1];
+  ASCEND_GRAD_RETURN_IF_ERROR(layout_.ReadAttributes(info, kName));
+  ASCEND_GRAD_RETURN_IF_ERROR(ReadAttribute(info, kName, "eps", &eps_, 1e-5f));
+  if (!(eps_ >= 0.0f)) return InvalidArgument(kName, "eps must be >= 0, got " + std::to_string(eps_));
+  ASCEND_GRAD_RETURN_IF_ERROR(ReadAttribute(info, kName, "swish_scale", &swish_scale_, 1.0f));
+  return ReadFlag(info, kName, "activate_swish", &activate_swish_);
 }
 
 OrtStatus* GroupNormSwishKernel::Compute(OrtKernelContext* context) {

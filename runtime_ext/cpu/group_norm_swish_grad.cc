@@ -4,20 +4,13 @@
 
 namespace ascend_grad {
 
-OrtStatus* GroupNormSwishGradKernel::Create(const OrtKernelInfo* info, const DType* types, GroupNormSwishGradKernel** out) {
-  auto kernel = new GroupNormSwishGradKernel();
-  kernel->t_ = types[0];
-  kernel->u_ = types[1];
-  OrtStatus* status = kernel->layout_.ReadAttributes(info, kName);
-  if (status == nullptr) status = ReadAttribute(info, kName, "swish_scale", &kernel->swish_scale_, 1.0f);
-  if (status == nullptr) status = ReadFlag(info, kName, "dgamma_is_require", &kernel->dgamma_on_);
-  if (status == nullptr) status = ReadFlag(info, kName, "dbeta_is_require", &kernel->dbeta_on_);
-  if (status != nullptr) {
-    delete kernel;
-    return status;
-  }
-  *out = kernel;
-  return nullptr;
+OrtStatus* GroupNormSwishGradKernel::Init(const OrtKernelInfo* info, const DType* types) {
+  t_ = types[0];
+  u_ = types[1];
+  ASCEND_GRAD_RETURN_IF_ERROR(layout_.ReadAttributes(info, kName));
+  ASCEND_GRAD_RETURN_IF_ERROR(ReadAttribute(info, kName, "swish_scale", &swish_scale_, 1.0f));
+  ASCEND_GRAD_RETURN_IF_ERROR(ReadFlag(info, kName, "dgamma_is_require", &dgamma_on_));
+  return ReadFlag(info, kName, "dbeta_is_require", &dbeta_on_);
 }
 
 OrtStatus* GroupNormSwishGradKernel::Compute(OrtKernelContext* context) {

@@ -6,10 +6,9 @@
 
 namespace ascend_grad {
 
-OrtStatus* MishBackwardKernel::Create(const OrtKernelInfo*, const DType* types, MishBackwardKernel** out) {
-  *out = new MishBackwardKernel();
-  (*out)->dy_type_ = types[0];
-  (*out)->x_type_ = types[1];
+OrtStatus* MishBackwardKernel::Init(const OrtKernelInfo*, const DType* types) {
+  dy_type_ = types[0];
+  x_type_ = types[1];
   return nullptr;
 }
 

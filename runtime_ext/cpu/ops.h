@@ -16,7 +16,7 @@ constexpr size_t kMaxRank = 8;  // aclnn's limit for every op of the set
 struct SiluBackwardKernel {
   static constexpr const char* kName = "SiluBackward";
   static constexpr size_t kInputs = 2, kOutputs = 1, kRequiredOutputs = 1;
-  static OrtStatus* Create(const OrtKernelInfo* info, const DType* types, SiluBackwardKernel** out);
+  OrtStatus* Init(const OrtKernelInfo* info, const DType* types);
   OrtStatus* Compute(OrtKernelContext* context);
   DType type_ = DType::kFloat;
 };
@@ -24,7 +24,7 @@ struct SiluBackwardKernel {
 struct MishBackwardKernel {
   static constexpr const char* kName = "MishBackward";
   static constexpr size_t kInputs = 2, kOutputs = 1, kRequiredOutputs = 1;
-  static OrtStatus* Create(const OrtKernelInfo* info, const DType* types, MishBackwardKernel** out);
+  OrtStatus* Init(const OrtKernelInfo* info, const DType* types);
   OrtStatus* Compute(OrtKernelContext* context);
   DType dy_type_ = DType::kFloat, x_type_ = DType::kFloat;
 };
@@ -47,7 +47,7 @@ struct GroupNormLayout {
 struct GroupNormSwishGradKernel {
   static constexpr const char* kName = "GroupNormSwishGrad";
   static constexpr size_t kInputs = 6, kOutputs = 3, kRequiredOutputs = 1;
-  static OrtStatus* Create(const OrtKernelInfo* info, const DType* types, GroupNormSwishGradKernel** out);
+  OrtStatus* Init(const OrtKernelInfo* info, const DType* types);
   OrtStatus* Compute(OrtKernelContext* context);
   DType t_ = DType::kFloat, u_ = DType::kFloat;
   GroupNormLayout layout_;
@@ -58,7 +58,7 @@ struct GroupNormSwishGradKernel {
 struct GroupNormSwishKernel {
   static constexpr const char* kName = "GroupNormSwish";
   static constexpr size_t kInputs = 3, kOutputs = 3, kRequiredOutputs = 1;
-  static OrtStatus* Create(const OrtKernelInfo* info, const DType* types, GroupNormSwishKernel** out);
+  OrtStatus* Init(const OrtKernelInfo* info, const DType* types);
   OrtStatus* Compute(OrtKernelContext* context);
   DType t_ = DType::kFloat, u_ = DType::kFloat;
   GroupNormLayout layout_;

@@ -6,9 +6,8 @@
 
 namespace ascend_grad {
 
-OrtStatus* SiluBackwardKernel::Create(const OrtKernelInfo*, const DType* types, SiluBackwardKernel** out) {
-  *out = new SiluBackwardKernel();
-  (*out)->type_ = types[0];
+OrtStatus* SiluBackwardKernel::Init(const OrtKernelInfo*, const DType* types) {
+  type_ = types[0];
   return nullptr;
 }
 
