@@ -1,0 +1,216 @@
+"""Elementwise subgraphs as canonical polynomials: proof that a decomposed gradient is the math.
+
+Exporters spell the same gradient many ways (operands commuted, `1 - s` as Sub or as Add of a
+Neg, the product rule of a hand-written `x * sigmoid(x)` instead of silu_backward's formula,
+constants as scalars or full-shape initializers). Expanded into a polynomial over its atoms (the
+opaque tensors, and sigmoid / tanh(softplus) of a tensor), every spelling of one formula gives the
+same polynomial, and two different formulas give different ones: equality of polynomials is a
+proof of equality of the math, not a heuristic.
+
+Atoms are opaque values (anything that is not + - * / by a constant, Neg, a small Pow, or a
+transparent Cast/Expand/Identity), `sigmoid(a)` and `tanh(softplus(a))` keyed by the value `a`.
+Values listed as `stop` stay atoms even when they are computed by arithmetic (the activation
+input z of a swish must be one atom).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import onnx_ir as ir
+
+from ascend_grad.graph_passes._graph import producer, scalar, strip
+
+Monomial = tuple[tuple[int, int], ...]  # sorted (atom index, power) pairs
+MAX_TERMS = 48  # a gradient has a handful of terms; past this the subgraph is something else
+MAX_DEPTH = 16
+
+
+class Poly(dict):
+    """{monomial: coefficient}; the empty monomial is the constant term."""
+
+    def key(self) -> frozenset:
+        return frozenset((m, round(c, 12)) for m, c in self.items())
+
+    @staticmethod
+    def constant(c: float) -> Poly:
+        return Poly({(): c}) if c else Poly()
+
+    @staticmethod
+    def atom(index: int) -> Poly:
+        return Poly({((index, 1),): 1.0})
+
+    def __add__(self, other: Poly) -> Poly:
+        out = Poly(self)
+        for m, c in other.items():
+            total = out.get(m, 0.0) + c
+            if total:
+                out[m] = total
+            else:
+                out.pop(m, None)
+        return out
+
+    def scale(self, k: float) -> Poly:
+        return Poly({m: c * k for m, c in self.items()}) if k else Poly()
+
+    def __mul__(self, other: Poly) -> Poly:
+        out = Poly()
+        for ma, ca in self.items():
+            for mb, cb in other.items():
+                out = out + Poly({_times(ma, mb): ca * cb})
+        return out
+
+    def atoms(self) -> set[int]:
+        return {i for m in self for i, _ in m}
+
+
+def _times(a: Monomial, b: Monomial) -> Monomial:
+    powers = dict(a)
+    for i, p in b:
+        powers[i] = powers.get(i, 0) + p
+    return tuple(sorted(powers.items()))
+
+
+class TooBig(Exception):
+    """The subgraph is not a small polynomial (too deep, too many terms)."""
+
+
+class Algebra:
+    """Builds polynomials of values of one graph, interning atoms and remembering which value
+    computes which polynomial (so a factor found in the algebra can be handed back as a value)."""
+
+    def __init__(self, stop: Iterable[ir.Value] = ()):
+        self.stop = {strip(v) for v in stop}
+        self.atoms: list[tuple[str, ir.Value]] = []  # (kind, value): kind "value", "sigmoid", "tanh_softplus"
+        self._index: dict[tuple[str, int], int] = {}
+        self._memo: dict[int, Poly] = {}
+        self.value_of: dict[frozenset, ir.Value] = {}
+
+    def atom(self, kind: str, value: ir.Value) -> int:
+        key = (kind, id(value))
+        if key not in self._index:
+            self._index[key] = len(self.atoms)
+            self.atoms.append((kind, value))
+        return self._index[key]
+
+    def poly(self, value: ir.Value, depth: int = 0) -> Poly:
+        value = strip(value)
+        if id(value) in self._memo:
+            return self._memo[id(value)]
+        if depth > MAX_DEPTH:
+            raise TooBig(f"deeper than {MAX_DEPTH} nodes")
+        result = self._build(value, depth)
+        if len(result) > MAX_TERMS:
+            raise TooBig(f"more than {MAX_TERMS} terms")
+        self._memo[id(value)] = result
+        self.value_of.setdefault(result.key(), value)
+        return result
+
+    def _build(self, value: ir.Value, depth: int) -> Poly:
+        c = scalar(value)
+        if c is not None:
+            return Poly.constant(c)
+        node = producer(value)
+        if value in self.stop or node is None:
+            return Poly.atom(self.atom("value", value))
+        op, ins = node.op_type, node.inputs
+        if op == "Add":
+            return self.poly(ins[0], depth + 1) + self.poly(ins[1], depth + 1)
+        if op == "Sub":
+            return self.poly(ins[0], depth + 1) + self.poly(ins[1], depth + 1).scale(-1.0)
+        if op == "Mul":
+            return self.poly(ins[0], depth + 1) * self.poly(ins[1], depth + 1)
+        if op == "Neg":
+            return self.poly(ins[0], depth + 1).scale(-1.0)
+        if op == "Div" and scalar(ins[1]) not in (None, 0.0):
+            return self.poly(ins[0], depth + 1).scale(1.0 / scalar(ins[1]))
+        if op == "Pow" and scalar(ins[1]) in (1.0, 2.0, 3.0):
+            base = self.poly(ins[0], depth + 1)
+            out = base
+            for _ in range(int(scalar(ins[1])) - 1):
+                out = out * base
+            return out
+        argument = sigmoid_argument(value)
+        if argument is not None:
+            return Poly.atom(self.atom("sigmoid", argument))
+        argument = tanh_softplus_argument(value)
+        if argument is not None:
+            return Poly.atom(self.atom("tanh_softplus", argument))
+        return Poly.atom(self.atom("value", value))
+
+    def atoms_of_kind(self, poly: Poly, kind: str) -> list[int]:
+        return sorted(i for i in poly.atoms() if self.atoms[i][0] == kind)
+
+
+def sigmoid_argument(value: ir.Value) -> ir.Value | None:
+    """a, if value is sigmoid(a): Sigmoid(a), or 1 / (1 + exp(-a)) written out."""
+    node = producer(strip(value))
+    if node is None:
+        return None
+    if node.op_type == "Sigmoid":
+        return strip(node.inputs[0])
+    if node.op_type == "Reciprocal":
+        denominator = node.inputs[0]
+    elif node.op_type == "Div" and scalar(node.inputs[0]) == 1.0:
+        denominator = node.inputs[1]
+    else:
+        return None
+    add = producer(strip(denominator), "Add")
+    if add is None:
+        return None
+    for one, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+        exp = producer(strip(other), "Exp")
+        neg = producer(strip(exp.inputs[0]), "Neg") if exp is not None else None
+        if scalar(one) == 1.0 and neg is not None:
+            return strip(neg.inputs[0])
+    return None
+
+
+# softplus(a) = a for a > T is torch's default (T = 20): tanh of either rounds to 1 in float, so
+# tanh(softplus) is the same number; a smaller T would not be.
+SOFTPLUS_MIN_THRESHOLD = 20.0
+
+
+def softplus_argument(value: ir.Value) -> ir.Value | None:
+    """a, if value is softplus(a): Softplus(a), log(1 + exp(a)), or torch's thresholded
+    Where(a > T, a, Softplus(a)) with T >= 20."""
+    node = producer(strip(value))
+    if node is None:
+        return None
+    if node.op_type == "Softplus":
+        return strip(node.inputs[0])
+    if node.op_type == "Log":
+        add = producer(strip(node.inputs[0]), "Add")
+        if add is not None:
+            for one, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+                exp = producer(strip(other), "Exp")
+                if scalar(one) == 1.0 and exp is not None:
+                    return strip(exp.inputs[0])
+        return None
+    if node.op_type == "Where":
+        greater = producer(strip(node.inputs[0]), "Greater")
+        inner = softplus_argument(node.inputs[2])
+        if greater is None or inner is None:
+            return None
+        threshold = scalar(greater.inputs[1])
+        same = strip(greater.inputs[0]) is inner and strip(node.inputs[1]) is inner
+        if same and threshold is not None and threshold >= SOFTPLUS_MIN_THRESHOLD:
+            return inner
+    return None
+
+
+def tanh_softplus_argument(value: ir.Value) -> ir.Value | None:
+    """a, if value is tanh(softplus(a))."""
+    node = producer(strip(value), "Tanh")
+    return softplus_argument(node.inputs[0]) if node is not None else None
+
+
+def cofactors(poly: Poly, atoms: list[int]) -> dict[tuple[int, ...], Poly]:
+    """Group the terms of poly by the powers of `atoms`: {powers: the rest of those terms}."""
+    groups: dict[tuple[int, ...], Poly] = {}
+    for monomial, c in poly.items():
+        powers = dict(monomial)
+        key = tuple(powers.pop(a, 0) for a in atoms)
+        rest = tuple(sorted(powers.items()))
+        groups[key] = groups.get(key, Poly()) + Poly({rest: c})
+    return groups

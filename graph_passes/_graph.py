@@ -1,0 +1,208 @@
+"""Reading an onnx_ir graph the way the fusion rules need: through the noise exporters add.
+
+Exporters wrap the same math in different node spellings: Identity, Cast or CastLike between
+float types, Expand of a scalar, a constant given as an initializer, a Constant node, a
+ConstantOfShape or a CastLike of either. The helpers here see through those, so the rules can
+check the math and not the spelling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
+
+# Ops that do not change an elementwise value: a Cast between float types changes only the
+# rounding (the fused op computes in float and rounds once), Expand only broadcasts.
+_TRANSPARENT = {"Identity", "Cast", "CastLike", "Expand"}
+
+
+def producer(value: ir.Value | None, op_type: str | None = None) -> ir.Node | None:
+    """The node computing `value` (in the default domain), if it is `op_type` (when given)."""
+    if value is None:
+        return None
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return None
+    if op_type is not None and node.op_type != op_type:
+        return None
+    return node
+
+
+def is_float(value: ir.Value) -> bool:
+    return value.dtype is None or value.dtype in FLOAT_TYPES
+
+
+def _transparent_input(node: ir.Node) -> ir.Value | None:
+    if node.op_type == "Identity" or node.op_type == "Expand":
+        return node.inputs[0]
+    if node.op_type == "Cast":
+        to = node.attributes.get_int("to", 0)
+        return node.inputs[0] if ir.DataType(to) in FLOAT_TYPES and is_float(node.inputs[0]) else None
+    if node.op_type == "CastLike":
+        like = node.inputs[1]
+        return node.inputs[0] if is_float(like) and is_float(node.inputs[0]) else None
+    return None
+
+
+def strip(value: ir.Value) -> ir.Value:
+    """`value` with Identity, float Casts, Expand and multiplications or divisions by 1 peeled off."""
+    while True:
+        node = producer(value)
+        if node is None:
+            return value
+        if node.op_type in ("Mul", "Div") and scalar(node.inputs[1]) == 1.0:
+            value = node.inputs[0]
+            continue
+        if node.op_type == "Mul" and scalar(node.inputs[0]) == 1.0:
+            value = node.inputs[1]
+            continue
+        inner = _transparent_input(node) if node.op_type in _TRANSPARENT else None
+        if inner is None:
+            return value
+        value = inner
+
+
+def constant_array(value: ir.Value | None) -> np.ndarray | None:
+    """The value of a constant (initializer or Constant node), as numpy."""
+    if value is None:
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    if tensor is None:
+        return None
+    try:
+        return tensor.numpy()
+    except Exception:  # external data that cannot be read here
+        return None
+
+
+def scalar(value: ir.Value | None) -> float | None:
+    """The number every element of `value` holds, if it is a constant of one repeated number:
+    an initializer or Constant (any shape), ConstantOfShape, or those through Cast, CastLike,
+    Expand and Identity. Broadcasting one number is all these spellings do."""
+    if value is None:
+        return None
+    array = constant_array(value)
+    if array is not None and array.size > 0 and array.dtype.kind in "fiu":
+        first = array.flat[0]
+        if array.size == 1 or bool(np.all(array == first)):
+            return float(first)
+        return None
+    node = value.producer()
+    if node is None or node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "ConstantOfShape":
+        attr = node.attributes.get("value")
+        fill = attr.value.numpy() if attr is not None else np.zeros(1, np.float32)
+        return float(fill.flat[0])
+    if node.op_type in ("Cast", "CastLike", "Expand", "Identity"):
+        return scalar(node.inputs[0])
+    return None
+
+
+def ints(value: ir.Value | None) -> list[int] | None:
+    """A constant int64 tensor (Reshape targets, axes) as a list."""
+    array = constant_array(value)
+    return None if array is None or array.dtype.kind not in "iu" else [int(v) for v in array.reshape(-1)]
+
+
+def users(value: ir.Value) -> list[ir.Node]:
+    """The nodes that read `value` (each once)."""
+    seen: list[ir.Node] = []
+    for use in value.uses():
+        if use.node not in seen:
+            seen.append(use.node)
+    return seen
+
+
+def is_live(value: ir.Value) -> bool:
+    """Read by some node or a graph output: a dead value is not worth a fusion."""
+    return value.is_graph_output() or len(value.uses()) > 0
+
+
+def dims(value: ir.Value) -> list[int | str | None] | None:
+    """The shape as ints and symbolic names, or None when the rank is unknown."""
+    if value.shape is None:
+        return None
+    out: list[int | str | None] = []
+    for d in value.shape:
+        if isinstance(d, int):
+            out.append(d)
+        elif isinstance(d, ir.SymbolicDim) and d.value is not None:
+            out.append(d.value)
+        else:
+            out.append(None)
+    return out
+
+
+def same_shape(a: ir.Value, b: ir.Value) -> bool:
+    """Provably the same shape: same rank and every dim known and equal (sizes or names)."""
+    da, db = dims(a), dims(b)
+    return da is not None and db is not None and len(da) == len(db) and all(x is not None and x == y for x, y in zip(da, db))
+
+
+def const_ints(value: ir.Value | None) -> list[int] | None:
+    """An int64 shape or axes computation folded to a list: constants, and Concat, Reshape,
+    Unsqueeze, Squeeze, Cast, Range and Shape (of a statically shaped value) over them. Exporters
+    that do not fold constants spell every Reshape target this way."""
+    if value is None:
+        return None
+    direct = ints(value)
+    if direct is not None:
+        return direct
+    node = producer(value)
+    if node is None:
+        return None
+    op = node.op_type
+    if op == "Concat":
+        parts = [const_ints(v) for v in node.inputs]
+        return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    if op in ("Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity"):
+        return const_ints(node.inputs[0])
+    if op == "Range":
+        start, limit, delta = (const_ints(v) for v in node.inputs)
+        if start and limit and delta and delta[0] != 0:
+            return list(range(start[0], limit[0], delta[0]))
+        return None
+    if op == "Shape":
+        shape = dims(node.inputs[0])
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            return None
+        start = node.attributes.get_int("start", 0)
+        end = node.attributes.get_int("end", len(shape))
+        return shape[start:end]
+    return None
+
+
+def shape_tensor_dims(value: ir.Value | None) -> list[int | str | None] | None:
+    """The dims a shape tensor holds, symbolic ones included: constants, Shape slices of a value
+    whose shape is known (sizes or names), and Concat of those (dynamic-batch Reshape targets)."""
+    folded = const_ints(value)
+    if folded is not None:
+        return list(folded)
+    node = producer(value)
+    if node is None:
+        return None
+    if node.op_type == "Concat":
+        parts = [shape_tensor_dims(v) for v in node.inputs]
+        return None if any(p is None for p in parts) else [d for p in parts for d in p]
+    if node.op_type == "Shape":
+        shape = dims(node.inputs[0])
+        if shape is None:
+            return None
+        start = node.attributes.get_int("start", 0)
+        end = node.attributes.get_int("end", len(shape))
+        return shape[start:end]
+    return None
+
+
+def axes_of(node: ir.Node, rank: int | None = None) -> list[int] | None:
+    """The axes of a reduction or (un)squeeze: the second input (opset 13+/18+) or the attribute,
+    normalised to non-negative when the rank is known."""
+    axes = const_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if axes is None and "axes" in node.attributes:
+        axes = list(node.attributes["axes"].value)
+    if axes is None or rank is None:
+        return axes
+    return sorted(a + rank if a < 0 else a for a in axes)

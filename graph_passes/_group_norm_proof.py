@@ -1,0 +1,417 @@
+"""Proof that a subgraph is the backward of GroupNorm followed by a swish, as torch writes it.
+
+torch's native_group_norm_backward decomposition (torch._decomp), which every PyTorch export route
+produces, computes from g = dy * swish'(z), the GroupNorm input x and its statistics:
+
+    ds = sum_hw(g * x),  db = sum_hw(g)                          per (n, c)
+    ds_val = sum_{c in group}(ds * gamma), db_val likewise       per (n, group)
+    c1 = rstd * gamma,  c2 = (db_val * mean - ds_val) * rstd^3 * s,  c3 = -c2 * mean - db_val * rstd * s
+    dx = g * c1 + x * c2 + c3                                    s = 1 / (C/G * HxW)
+    dgamma = sum_n((ds - db * mean) * rstd),  dbeta = sum_n(db)
+
+and the exporter writes the forward z = GroupNorm(x) as InstanceNormalization over (N, G, -1), then
+gamma and beta per channel, with mean and rstd computed beside it. Each piece is checked: shapes and
+axes from the Reshape and reduction constants, the elementwise parts as polynomials (so operand
+order and association do not matter), constants by value. GroupNormSwishGrad recomputes z from
+x, mean, rstd, gamma and beta, so it is the same math only when mean and rstd are x's statistics
+with the forward's G and eps: that is checked too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig, cofactors
+from ascend_grad.graph_passes._graph import axes_of, dims, producer, scalar, shape_tensor_dims, strip, users
+from ascend_grad.graph_passes._swish import Activation
+
+
+class Refuse(Exception):
+    """This subgraph is not (provably) the GroupNorm + swish backward; the message says why."""
+
+
+@dataclass
+class GroupNormBackward:
+    dy: ir.Value
+    mean: ir.Value
+    rstd: ir.Value
+    x: ir.Value
+    gamma: ir.Value
+    beta: ir.Value
+    num_groups: int
+    swish_scale: float
+    dx: ir.Value
+    dgamma: ir.Value | None  # None: the graph does not compute it
+    dbeta: ir.Value | None
+
+
+@dataclass
+class _Forward:
+    x: ir.Value
+    gamma: ir.Value
+    beta: ir.Value
+    num_groups: int
+    eps: float
+
+
+def _expect(node: ir.Node | None, what: str) -> ir.Node:
+    if node is None:
+        raise Refuse(what)
+    return node
+
+
+def _close(a: float, b: float, tolerance: float = 1e-6) -> bool:
+    return math.isclose(a, b, rel_tol=tolerance, abs_tol=0.0)
+
+
+def reshape_dims(node: ir.Node) -> list[int | str | None] | None:
+    """What a Reshape produces: its constant target (0 copies the input's dim, -1 unknown), else
+    the shape recorded on its output."""
+    target = shape_tensor_dims(node.inputs[1])
+    if target is not None:
+        source = dims(node.inputs[0]) or []
+        allowzero = node.attributes.get_int("allowzero", 0)
+        out: list[int | str | None] = []
+        for k, d in enumerate(target):
+            if d == 0 and not allowzero:
+                out.append(source[k] if k < len(source) else None)
+            else:
+                out.append(None if d == -1 else d)
+        return out
+    return dims(node.outputs[0])
+
+
+def _reshape_of(value: ir.Value, rank: int) -> tuple[ir.Value, list] :
+    node = _expect(producer(strip(value), "Reshape"), "a Reshape is missing")
+    shape = reshape_dims(node)
+    if shape is None or len(shape) != rank:
+        raise Refuse(f"a Reshape to rank {rank} has an unknown target")
+    return strip(node.inputs[0]), shape
+
+
+def _unsqueezed(value: ir.Value, count: int) -> ir.Value:
+    """The value under `count` trailing Unsqueeze(-1)s (or one Unsqueeze of `count` trailing axes)."""
+    value = strip(value)
+    added = 0
+    while added < count:
+        node = _expect(producer(value, "Unsqueeze"), "an Unsqueeze is missing")
+        axes = axes_of(node)
+        base_rank = len(dims(node.inputs[0]) or []) if dims(node.inputs[0]) is not None else None
+        trailing = axes is not None and (all(a < 0 for a in axes) or base_rank is not None)
+        if not trailing:
+            raise Refuse("an Unsqueeze's axes are not constant")
+        if base_rank is not None:
+            axes = sorted(a if a >= 0 else a + base_rank + len(axes) for a in axes)
+            if axes != list(range(base_rank, base_rank + len(axes))):
+                raise Refuse(f"an Unsqueeze adds axes {axes}, not trailing ones")
+        elif axes != list(range(-len(axes), 0)) and sorted(axes) != list(range(-len(axes), 0)):
+            raise Refuse(f"an Unsqueeze adds axes {axes}, not trailing ones")
+        added += len(axes)
+        value = strip(node.inputs[0])
+    if added != count:
+        raise Refuse("unexpected Unsqueeze axes")
+    return value
+
+
+def _reduce(value: ir.Value, op_type: str, axes: list[int], keepdims: int, rank: int) -> ir.Value:
+    node = _expect(producer(strip(value), op_type), f"a {op_type} is missing")
+    if node.attributes.get_int("keepdims", 1) != keepdims:
+        raise Refuse(f"a {op_type} keeps dims differently")
+    if axes_of(node, rank) != axes:
+        raise Refuse(f"a {op_type} reduces axes {axes_of(node, rank)}, not {axes}")
+    return strip(node.inputs[0])
+
+
+def _poly(value: ir.Value, stop=()) -> tuple[Algebra, Poly]:
+    algebra = Algebra(stop=stop)
+    try:
+        return algebra, algebra.poly(value)
+    except TooBig as error:
+        raise Refuse(f"not a small polynomial ({error})") from None
+
+
+def parse_forward(z: ir.Value) -> _Forward:
+    """z = InstanceNormalization(Reshape(x, (N, G, -1)), 1, 0) reshaped back, * gamma + beta."""
+    add = _expect(producer(strip(z), "Add"), "z is not GroupNorm's output (no Add of beta)")
+    for scaled, shifted in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+        mul = producer(strip(scaled), "Mul")
+        beta_unsqueeze = producer(strip(shifted), "Unsqueeze")
+        if mul is None or beta_unsqueeze is None:
+            continue
+        for normalized, weight in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+            gamma_unsqueeze = producer(strip(weight), "Unsqueeze")
+            back = producer(strip(normalized), "Reshape")
+            norm = producer(strip(back.inputs[0]), "InstanceNormalization") if back is not None else None
+            if gamma_unsqueeze is None or norm is None:
+                continue
+            if scalar(norm.inputs[1]) != 1.0 or scalar(norm.inputs[2]) != 0.0:
+                raise Refuse("the InstanceNormalization has its own scale or bias")
+            x, grouped = _reshape_of(norm.inputs[0], 3)
+            if not isinstance(grouped[1], int) or grouped[2] is not None and dims(x) is None:
+                raise Refuse("the group count of the forward reshape is not constant")
+            eps = norm.attributes.get_float("epsilon", 1e-5)
+            return _Forward(x, strip(gamma_unsqueeze.inputs[0]), strip(beta_unsqueeze.inputs[0]), int(grouped[1]), eps)
+    raise Refuse("z is not GroupNorm's output (InstanceNormalization * gamma + beta)")
+
+
+def _grouped_x(value: ir.Value, forward: _Forward) -> ir.Value:
+    """value is Reshape(x, (N, G, -1))."""
+    base, shape = _reshape_of(value, 3)
+    if base is not forward.x or shape[1] != forward.num_groups:
+        raise Refuse("a statistic is not taken over x grouped by num_groups")
+    return base
+
+
+def check_statistics(mean: ir.Value, rstd: ir.Value, forward: _Forward) -> None:
+    """mean = mean over each group of x; rstd = 1 / sqrt(var + eps) with the forward's eps."""
+    _grouped_x(_reduce(mean, "ReduceMean", [2], 0, 3), forward)
+    node = producer(strip(rstd))
+    if node is not None and node.op_type == "Div" and scalar(node.inputs[0]) == 1.0:
+        root = node.inputs[1]
+    elif node is not None and node.op_type == "Reciprocal":
+        root = node.inputs[0]
+    else:
+        raise Refuse("rstd is not 1 / sqrt(var + eps)")
+    add = _expect(producer(strip(_expect(producer(strip(root), "Sqrt"), "rstd has no Sqrt").inputs[0]), "Add"), "no eps")
+    for var, eps in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+        if scalar(eps) is not None and _close(scalar(eps), forward.eps, 1e-6):
+            break
+    else:
+        raise Refuse(f"rstd's eps is not the forward's ({forward.eps})")
+    squares = producer(_reduce(var, "ReduceMean", [2], 0, 3))
+    if squares is not None and squares.op_type == "Mul" and strip(squares.inputs[0]) is strip(squares.inputs[1]):
+        deviation = squares.inputs[0]
+    elif squares is not None and squares.op_type == "Pow" and scalar(squares.inputs[1]) == 2.0:
+        deviation = squares.inputs[0]
+    else:
+        raise Refuse("the variance is not the mean of squared deviations")
+    centred = _expect(producer(strip(deviation), "Sub"), "the deviations are not x - mean")
+    grouped = _grouped_x(centred.inputs[0], forward)
+    if _grouped_x(_reduce(centred.inputs[1], "ReduceMean", [2], 1, 3), forward) is not grouped:
+        raise Refuse("the deviations are not taken from the group mean")
+
+
+def prove(g: ir.Value, swish: Activation) -> GroupNormBackward:
+    """The GroupNorm + swish backward whose swish part computes g (raises Refuse)."""
+    forward = parse_forward(swish.x)
+    x, G = forward.x, forward.num_groups
+    x_dims = dims(x)
+    if x_dims is None or len(x_dims) < 3:
+        raise Refuse("x's rank is unknown or below 3")
+    rank = len(x_dims)
+
+    # g's three uses: g * x (for ds), g grouped by channel (for db), g grouped by (group, channel)
+    ds = db = g4 = None
+    for node in users(g):
+        if node.op_type == "Mul" and any(strip(v) is x for v in node.inputs):
+            for user in users(node.outputs[0]):
+                if user.op_type == "Reshape":
+                    ds = _channel_sum(user, "g * x")
+        elif node.op_type == "Reshape":
+            shape = reshape_dims(node)
+            if shape is not None and len(shape) == 3:
+                db = _channel_sum(node, "g")
+            elif shape is not None and len(shape) == 4:
+                g4, g4_shape = node.outputs[0], shape
+    if ds is None or db is None or g4 is None:
+        raise Refuse("g is not read as torch's native_group_norm_backward reads it")
+    if g4_shape[1] != G or not isinstance(g4_shape[2], int) or not isinstance(g4_shape[3], int):
+        raise Refuse(f"dx's grouping {g4_shape} does not match num_groups {G}")
+    cpg, HxW = g4_shape[2], g4_shape[3]
+    if isinstance(x_dims[1], int) and x_dims[1] != G * cpg:
+        raise Refuse(f"C ({x_dims[1]}) is not num_groups * C/G ({G} * {cpg})")
+    if all(isinstance(d, int) for d in x_dims[2:]) and int(np.prod(x_dims[2:])) != HxW:
+        raise Refuse("HxW does not match x's spatial size")
+
+    dx_pre, dx = _dx_root(g4)
+    dx_shape = reshape_dims(dx.producer())
+    if dx_shape is None or len(dx_shape) != rank or any(a is not None and b is not None and a != b for a, b in zip(dx_shape, x_dims)):
+        raise Refuse("dx is not reshaped back to x's shape")
+    terms = _dx_terms(dx_pre, g4, forward, g4_shape)
+    c1, c2, c3 = (_unsqueezed(terms[0], 1), _unsqueezed(terms[1], 2), _unsqueezed(terms[2], 2))
+    mean, rstd, db_val, ds_val = _coefficients(c2, c3, 1.0 / (HxW * cpg))
+    _check_c1(c1, rstd, forward, G, cpg)
+    _check_group_sum(db_val, db, forward, G, cpg)
+    _check_group_sum(ds_val, ds, forward, G, cpg)
+    check_statistics(mean, rstd, forward)
+    dgamma = _dgamma(ds, db, mean, rstd, G, cpg)
+    dbeta = next((u.outputs[0] for u in users(db) if u.op_type == "ReduceSum" and axes_of(u, 2) == [0]
+                  and u.attributes.get_int("keepdims", 1) == 0), None)
+    return GroupNormBackward(swish.dy, mean, rstd, x, forward.gamma, forward.beta, G, swish.scale, dx, dgamma, dbeta)
+
+
+def _channel_sum(reshape: ir.Node, what: str) -> ir.Value | None:
+    """ReduceSum over the last axis of Reshape(., (N, C, HxW))."""
+    shape = reshape_dims(reshape)
+    if shape is None or len(shape) != 3:
+        return None
+    for user in users(reshape.outputs[0]):
+        if user.op_type == "ReduceSum" and axes_of(user, 3) == [2] and user.attributes.get_int("keepdims", 1) == 0:
+            return user.outputs[0]
+    return None
+
+
+def _dx_root(g4: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Follow g4 * c1 up through the Adds to the Reshape back to x's shape: (the sum, dx)."""
+    current = None
+    for node in users(g4):
+        if node.op_type == "Mul":
+            current = node.outputs[0]
+    if current is None:
+        raise Refuse("g grouped is not multiplied by c1")
+    while True:
+        following = users(current)
+        if len(following) != 1:
+            raise Refuse("dx's partial sums have other uses")
+        node = following[0]
+        if node.op_type == "Add":
+            current = node.outputs[0]
+        elif node.op_type == "Reshape":
+            return current, node.outputs[0]
+        else:
+            raise Refuse(f"dx's sum ends in a {node.op_type}")
+
+
+def _dx_terms(dx_pre: ir.Value, g4: ir.Value, forward: _Forward, g4_shape) -> tuple[ir.Value, ir.Value, ir.Value]:
+    """dx before the reshape = g4 * C1 + X4 * C2 + C3: returns C1, C2, C3."""
+    algebra, poly = _poly(dx_pre, stop=[g4])
+    gi = algebra.atom("value", strip(g4))
+    if len(poly) != 3 or any(c != 1.0 for c in poly.values()):
+        raise Refuse("dx is not g * c1 + x * c2 + c3")
+    c1 = c2 = c3 = None
+    for monomial in poly:
+        atoms = [i for i, p in monomial if p == 1]
+        if len(atoms) != len(monomial):
+            raise Refuse("dx has a squared term")
+        if gi in atoms and len(atoms) == 2:
+            c1 = algebra.atoms[atoms[1 - atoms.index(gi)]][1]
+        elif len(atoms) == 2:
+            first, second = (algebra.atoms[i][1] for i in atoms)
+            for x4, coefficient in ((first, second), (second, first)):
+                if producer(strip(x4), "Reshape") is not None and _reshape_of(x4, 4)[0] is forward.x:
+                    if _reshape_of(x4, 4)[1] != g4_shape:
+                        raise Refuse("x and g are grouped differently")
+                    c2 = coefficient
+        elif len(atoms) == 1:
+            c3 = algebra.atoms[atoms[0]][1]
+    if c1 is None or c2 is None or c3 is None:
+        raise Refuse("dx is not g * c1 + x * c2 + c3")
+    return c1, c2, c3
+
+
+def _coefficients(c2: ir.Value, c3: ir.Value, s: float) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+    """From c2 = s db_val mean rstd^3 - s ds_val rstd^3 and c3 = -c2 mean - s db_val rstd: the
+    values mean, rstd, db_val, ds_val."""
+    a2, p2 = _poly(c2)
+    a3, p3 = _poly(c3)
+    if len(p2) != 2 or len(p3) != 3:
+        raise Refuse("c2 or c3 is not torch's formula")
+    cubed = {i for m in p2 for i, p in m if p == 3}
+    if len(cubed) != 1:
+        raise Refuse("c2 has no rstd^3")
+    (rstd_i,) = cubed
+    three = next(m for m in p2 if len(m) == 3)
+    two = next(m for m in p2 if len(m) == 2)
+    if not (_close(p2[three], s) and _close(p2[two], -s)):
+        raise Refuse(f"c2's factor is not 1 / (C/G * HxW) = {s}")
+    ds_val = a2.atoms[next(i for i, _ in two if i != rstd_i)][1]
+    others = [a2.atoms[i][1] for i, _ in three if i != rstd_i]
+    rstd = a2.atoms[rstd_i][1]
+    # in c3 the mean is the one squared
+    for mean, db_val in ((others[0], others[1]), (others[1], others[0])):
+        m, r, d, v = (a3.atom("value", strip(t)) for t in (mean, rstd, db_val, ds_val))
+        expected = Poly({tuple(sorted(((d, 1), (m, 2), (r, 3)))): -s, tuple(sorted(((v, 1), (m, 1), (r, 3)))): s,
+                         tuple(sorted(((d, 1), (r, 1)))): -s})
+        if p3.keys() == expected.keys() and all(_close(p3[k], expected[k]) for k in p3):
+            return strip(mean), strip(rstd), strip(db_val), strip(ds_val)
+    raise Refuse("c3 is not -c2 * mean - db_val * rstd / (C/G * HxW)")
+
+
+def _check_c1(c1: ir.Value, rstd: ir.Value, forward: _Forward, G: int, cpg: int) -> None:
+    """c1 = Unsqueeze(rstd, -1) * Reshape(gamma, (1, G, C/G))."""
+    algebra, poly = _poly(c1)
+    if len(poly) != 1 or list(poly.values()) != [1.0] or len(next(iter(poly))) != 2:
+        raise Refuse("c1 is not rstd * gamma")
+    first, second = (algebra.atoms[i][1] for i, _ in next(iter(poly)))
+    for unsqueezed, reshaped in ((first, second), (second, first)):
+        node = producer(strip(reshaped), "Reshape")
+        if node is not None and producer(strip(unsqueezed), "Unsqueeze") is not None:
+            if _unsqueezed(unsqueezed, 1) is not rstd:
+                raise Refuse("c1 does not use rstd")
+            gamma, shape = _reshape_of(reshaped, 3)
+            if gamma is not forward.gamma or shape[1:] != [G, cpg]:
+                raise Refuse("c1 does not use gamma grouped by num_groups")
+            return
+    raise Refuse("c1 is not rstd * gamma")
+
+
+def _check_group_sum(value: ir.Value, per_channel: ir.Value, forward: _Forward, G: int, cpg: int) -> None:
+    """value = sum over each group's channels of per_channel * Unsqueeze(gamma, 0)."""
+    product, shape = _reshape_of(_reduce(value, "ReduceSum", [2], 0, 3), 3)
+    if shape[1:] != [G, cpg]:
+        raise Refuse("a per-group sum is not grouped by num_groups")
+    algebra, poly = _poly(product, stop=[per_channel])
+    target = algebra.atom("value", strip(per_channel))
+    if len(poly) != 1 or list(poly.values()) != [1.0]:
+        raise Refuse("a per-group sum is not of ds * gamma or db * gamma")
+    others = [algebra.atoms[i][1] for i, _ in next(iter(poly)) if i != target]
+    if len(others) != 1 or _unsqueezed_front(others[0]) is not forward.gamma:
+        raise Refuse("a per-group sum is not weighted by gamma")
+
+
+def _unsqueezed_front(value: ir.Value) -> ir.Value | None:
+    node = producer(strip(value), "Unsqueeze")
+    return strip(node.inputs[0]) if node is not None and axes_of(node) == [0] else None
+
+
+def _dgamma(ds, db, mean, rstd, G, cpg) -> ir.Value | None:
+    """dgamma = Reshape(sum_n((ds - db * mean) * rstd), (C,)), ds and db grouped (N, G, C/G)."""
+    for reshape in users(ds):
+        if reshape.op_type != "Reshape" or (reshape_dims(reshape) or [None])[1:] != [G, cpg]:
+            continue
+        for sub in users(reshape.outputs[0]):
+            for mul in users(sub.outputs[0]):
+                for total in users(mul.outputs[0]):
+                    if total.op_type != "ReduceSum" or axes_of(total, 3) != [0] or total.attributes.get_int("keepdims", 1):
+                        continue
+                    ds3 = reshape.outputs[0]
+                    algebra, poly = _poly(mul.outputs[0], stop=[ds3])
+                    if _is_dgamma_sum(algebra, poly, ds3, db, mean, rstd):
+                        result = total.outputs[0]
+                        flat = [u for u in users(result) if u.op_type == "Reshape"]
+                        return flat[0].outputs[0] if len(flat) == 1 and len(users(result)) == 1 else result
+    return None
+
+
+def _is_dgamma_sum(algebra: Algebra, poly: Poly, ds3, db, mean, rstd) -> bool:
+    """poly == ds3 * r - db3 * m * r, where r = Unsqueeze(rstd, -1), m = Unsqueeze(mean, -1), db3 = db grouped."""
+    if len(poly) != 2:
+        return False
+    d = algebra.atom("value", strip(ds3))
+    for monomial, c in poly.items():
+        values = [algebra.atoms[i][1] for i, _ in monomial]
+        if c == 1.0 and len(monomial) == 2 and d in [i for i, _ in monomial]:
+            r = values[1 - [i for i, _ in monomial].index(d)]
+            if _safe_unsqueezed(r) is not rstd:
+                return False
+        elif c == -1.0 and len(monomial) == 3:
+            bases = {id(_safe_unsqueezed(v)) for v in values}
+            grouped = [v for v in values if producer(strip(v), "Reshape") is not None]
+            if id(mean) not in bases or id(rstd) not in bases or len(grouped) != 1:
+                return False
+            if strip(producer(strip(grouped[0]), "Reshape").inputs[0]) is not db:
+                return False
+        else:
+            return False
+    return True
+
+
+def _safe_unsqueezed(value: ir.Value) -> ir.Value | None:
+    try:
+        return _unsqueezed(value, 1)
+    except Refuse:
+        return None

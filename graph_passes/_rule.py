@@ -1,0 +1,86 @@
+"""What the fusion rules share: the base class, the refusal notes, casts and value replacement.
+
+Each rule is an onnxscript RewriteRuleClassBase whose pattern is a small anchor (the node that
+computes the gradient) and whose check proves the math of the subgraph behind it (see _algebra,
+_swish, _group_norm_proof). Rules do not remove nodes themselves: the pass drops what became dead,
+so an intermediate that something else still reads stays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+from onnxscript.rewriter import pattern
+from onnxscript.rewriter._basics import MatchResult
+
+from ascend_grad import DOMAIN
+
+
+@dataclass
+class Notes:
+    """What a pass fused, and why gradients it recognised were left alone ("Op at <activation
+    input>": reason); filled while a pass runs."""
+
+    refused: dict[str, str] = field(default_factory=dict)
+    fused: list[dict] = field(default_factory=list)
+
+
+_current = Notes()
+
+
+def notes() -> Notes:
+    return _current
+
+
+def start_notes() -> Notes:
+    global _current
+    _current = Notes()
+    return _current
+
+
+class FusionRule(pattern.RewriteRuleClassBase):
+    """A rule that proves its match in `prove` (returning the fused node's inputs or a reason)."""
+
+    op_type = ""  # the ascend.grad op it produces
+
+    def __init__(self, name: str):
+        super().__init__(name, remove_nodes=False)
+        self._proof = None
+
+    def refuse(self, activation: ir.Value, reason: str) -> MatchResult:
+        """A recognised gradient of the activation with input `activation` cannot be fused."""
+        notes().refused[f"{self.op_type} at {activation.name}"] = reason
+        return MatchResult().fail(reason)
+
+    def accept(self, activation: ir.Value, proof) -> MatchResult:
+        notes().refused.pop(f"{self.op_type} at {activation.name}", None)
+        self._proof = proof
+        return MatchResult()
+
+    def record(self, root: ir.Value, **details) -> None:
+        notes().fused.append({"op": self.op_type, "at": root.name, **details})
+
+
+def cast_to(op, value: ir.Value, dtype: ir.DataType | None) -> ir.Value:
+    """value in `dtype` (a Cast only when the types differ and both are known)."""
+    if dtype is None or value.dtype is None or value.dtype == dtype:
+        return value
+    return op.Cast(value, to=dtype)
+
+
+def node_for(op, op_type: str, inputs: list, outputs: int = 1, **attributes):
+    """An ascend.grad node built by the rewriter's op builder."""
+    return getattr(op, op_type)(*inputs, _domain=DOMAIN, _outputs=outputs, **attributes)
+
+
+def replace_value(old: ir.Value, new: ir.Value) -> None:
+    """Give `new` everything `old` had: its readers, its graph-output slot, type, shape and name
+    (the old value, dead from now on, is renamed out of the way)."""
+    new.type = old.type if old.type is not None else new.type
+    new.shape = old.shape if old.shape is not None else new.shape
+    name = old.name
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    if name:
+        old.name = f"{name}__unfused"
+        new.name = name

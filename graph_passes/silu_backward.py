@@ -1,0 +1,75 @@
+"""SiluBackward: the SiLU gradient in any spelling -> one ascend.grad node.
+
+    dx = dy * s * (1 + x * (1 - s)),  s = sigmoid(x)
+
+Found as (see _swish): torch's silu_backward decomposition; the product rule of a hand-written
+x * sigmoid(x); com.microsoft.QuickGeluGrad(dy, x) with alpha = 1 (onnxruntime-training's SiLU
+gradient). A swish with another scale (x * sigmoid(b x), b != 1) has no SiluBackward form and stays.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
+
+from ascend_grad.graph_passes._graph import is_live, same_shape
+from ascend_grad.graph_passes._rule import FusionRule, cast_to, node_for
+from ascend_grad.graph_passes._swish import match_swish_backward
+
+OP_TYPE = "SiluBackward"
+
+
+class SwishBackwardAsSilu(FusionRule):
+    """Anchor: the Mul or Add that computes the gradient; check: the polynomial proof."""
+
+    op_type = OP_TYPE
+
+    def __init__(self, anchor: str):
+        super().__init__(f"{OP_TYPE} from {anchor}")
+        self.anchor = anchor
+
+    def pattern(self, op, a, b):
+        return getattr(op, self.anchor)(a, b, _outputs=["root"])
+
+    def check(self, context, a, b, root: ir.Value, **_) -> MatchResult:
+        if not is_live(root):
+            return MatchResult().fail("dead")
+        found = match_swish_backward(root)
+        if isinstance(found, str):
+            return MatchResult().fail(found)
+        if found.scale != 1.0:
+            return self.refuse(found.x, f"a swish with scale {found.scale:g} has no SiluBackward form (aclnn's SiLU has none)")
+        if not (same_shape(found.dy, found.x) and same_shape(root, found.x)):
+            return self.refuse(found.x, "dy, x and the gradient do not provably share one shape")
+        return self.accept(found.x, found)
+
+    def rewrite(self, op, a, b, root: ir.Value, **_):
+        found = self._proof
+        self.record(root, dy=found.dy.name, x=found.x.name)
+        return node_for(op, OP_TYPE, [cast_to(op, found.dy, root.dtype), cast_to(op, found.x, root.dtype)])
+
+
+class QuickGeluGradAsSilu(FusionRule):
+    """com.microsoft.QuickGeluGrad(dy, x){alpha = 1}: the gradient of x * sigmoid(x)."""
+
+    op_type = OP_TYPE
+
+    def __init__(self):
+        super().__init__(f"{OP_TYPE} from QuickGeluGrad")
+
+    def pattern(self, op, dy, x):
+        return op.QuickGeluGrad(dy, x, _domain="com.microsoft", _allow_other_attributes=True, _outputs=["root"])
+
+    def check(self, context, dy, x, root: ir.Value, **_) -> MatchResult:
+        alpha = root.producer().attributes.get_float("alpha", 1.702)  # the op's default is GELU's 1.702
+        if alpha != 1.0:
+            return self.refuse(x, f"QuickGeluGrad alpha is {alpha:g}, not 1 (not SiLU)")
+        return self.accept(x, (dy, x))
+
+    def rewrite(self, op, dy, x, root: ir.Value, **_):
+        self.record(root, dy=dy.name, x=x.name)
+        return node_for(op, OP_TYPE, [dy, x])
+
+
+RULES = RewriteRuleSet([SwishBackwardAsSilu.rule("Mul"), SwishBackwardAsSilu.rule("Add"), QuickGeluGradAsSilu.rule()])

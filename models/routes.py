@@ -1,0 +1,172 @@
+"""The ways a PyTorch training graph reaches ONNX; each spells the backward differently.
+
+- `aot_joint`: `aot_export_module(..., trace_joint=True)` then `torch.onnx.export(dynamo=True)`;
+  the backward of SiLU arrives decomposed (fill / sub / mul / add), GroupNorm's as
+  torch._decomp's native_group_norm_backward.
+- `export_joint`: `torch.export.export` then `_export_forward_backward` then `torch.onnx.export`;
+  the only route that takes a dynamic batch.
+- `compile_backward`: the torch.compile-style backward-only graph: AOTAutograd's partitioned
+  backward, its silu/mish/group_norm backward ops decomposed with torch._decomp through make_fx.
+
+Joint graphs come out with the SPEC's interface: input `input_0`, the parameters as initializers
+named as in `named_parameters()`, outputs `loss` then `grad.<name>`. The backward-only graph keeps
+AOTAutograd's names (saved activations and `tangents_1` in, one gradient per parameter out).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+from ascend_grad.models import translations
+from ascend_grad.models.modules import default_loss
+
+
+class WithLoss(nn.Module):
+    def __init__(self, module: nn.Module, loss_fn=None):
+        super().__init__()
+        self.module = module
+        self.loss_fn = loss_fn or default_loss
+
+    def forward(self, *inputs):
+        return (self.loss_fn(self.module(*inputs)),)
+
+
+def _to_onnx(program, args, optimize: bool, dynamic_shapes=None) -> onnx.ModelProto:
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)  # "torchvision is not installed" notes
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        exported = torch.onnx.export(
+            program,
+            args,
+            dynamo=True,
+            optimize=optimize,
+            dynamic_shapes=dynamic_shapes,
+            custom_translation_table=translations.TABLE,
+            verbose=False,
+        )
+    return exported.model_proto
+
+
+def _name_interface(model: onnx.ModelProto, inputs: dict[str, str], outputs: list[str]) -> onnx.ModelProto:
+    """Rename graph inputs (old -> new) and the outputs (in order) everywhere they are used."""
+    renames = dict(inputs)
+    renames.update({o.name: new for o, new in zip(model.graph.output, outputs)})
+    # a renamed output may also feed nodes, or be a graph input passed straight through
+    for node in model.graph.node:
+        node.input[:] = [renames.get(v, v) for v in node.input]
+        node.output[:] = [renames.get(v, v) for v in node.output]
+    for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        value.name = renames.get(value.name, value.name)
+    for tensor in model.graph.initializer:
+        tensor.name = renames.get(tensor.name, tensor.name)
+    return model
+
+
+def _inputs_to_initializers(model: onnx.ModelProto, values: dict[str, torch.Tensor]) -> onnx.ModelProto:
+    """Make the named graph inputs initializers holding `values` (the module's parameters)."""
+    kept = [i for i in model.graph.input if i.name not in values]
+    for name, tensor in values.items():
+        model.graph.initializer.append(onnx.numpy_helper.from_array(tensor.detach().cpu().numpy(), name))
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+    return model
+
+
+def aot_joint(module: nn.Module, example_inputs: tuple, optimize: bool = True, loss_fn=None) -> onnx.ModelProto:
+    from torch._functorch.aot_autograd import aot_export_module
+
+    wrapped = WithLoss(module, loss_fn)
+    graph_module, signature = aot_export_module(wrapped, example_inputs, trace_joint=True, output_loss_index=0)
+    names = [n for n, _ in wrapped.named_parameters()]  # the joint module takes these, then the inputs
+    params = dict(wrapped.named_parameters())
+    model = _to_onnx(graph_module, tuple(params.values()) + tuple(example_inputs), optimize)
+    graded = list(signature.backward_signature.gradients_to_parameters.values())
+    return _interface(model, names, len(example_inputs), graded, params)
+
+
+def _interface(model, param_names, n_inputs, graded, params) -> onnx.ModelProto:
+    """SPEC's interface for a joint graph whose ONNX inputs are the parameters then the inputs, and
+    whose outputs are the loss then the gradients of `graded` (parameter names) in that order."""
+    graph_inputs = [i.name for i in model.graph.input]
+    renames = {old: name.removeprefix("module.") for old, name in zip(graph_inputs, param_names)}
+    renames.update({old: f"input_{k}" for k, old in enumerate(graph_inputs[len(param_names) :])})
+    outputs = ["loss"] + [f"grad.{name.removeprefix('module.')}" for name in graded]
+    model = _name_interface(model, renames, outputs)
+    return _inputs_to_initializers(model, {n.removeprefix("module."): p for n, p in params.items()})
+
+
+def export_joint(
+    module: nn.Module, example_inputs: tuple, optimize: bool = True, dynamic_batch: bool = False, loss_fn=None
+) -> onnx.ModelProto:
+    from torch.export.experimental import _export_forward_backward
+
+    wrapped = WithLoss(module, loss_fn)
+    batch = torch.export.Dim("batch", min=2)
+    dynamic = {"inputs": tuple({0: batch} for _ in example_inputs)} if dynamic_batch else None
+    joint = _export_forward_backward(torch.export.export(wrapped, tuple(example_inputs), dynamic_shapes=dynamic))
+    # torch.onnx exports only an ExportedProgram's user outputs: export the joint graph module
+    # itself, whose outputs are the loss and the gradients, with the parameters as arguments
+    params = dict(wrapped.named_parameters())
+    dynamic_args = tuple([None] * len(params) + [{0: batch}] * len(example_inputs)) if dynamic_batch else None
+    model = _to_onnx(joint.graph_module, tuple(params.values()) + tuple(example_inputs), optimize, dynamic_args)
+    kinds = torch.export.graph_signature.OutputKind
+    graded = [s.target for s in joint.graph_signature.output_specs if s.kind == kinds.GRADIENT_TO_PARAMETER]
+    return _interface(model, list(params), len(example_inputs), graded, params)
+
+
+def compile_backward(module: nn.Module, example_inputs: tuple, optimize: bool = True, loss_fn=None) -> onnx.ModelProto:
+    from torch._decomp import get_decompositions
+    from torch._functorch.aot_autograd import aot_function, make_boxed_func
+
+    params = dict(module.named_parameters())
+    captured = {}
+
+    def keep_backward(graph_module, _inputs):
+        captured["backward"] = graph_module
+        return make_boxed_func(graph_module.forward)
+
+    def loss_of(*args):
+        inputs, values = args[: len(example_inputs)], args[len(example_inputs) :]
+        output = torch.func.functional_call(module, dict(zip(params, values)), inputs)
+        return (loss_fn or default_loss)(output)
+
+    decompositions = get_decompositions(
+        [torch.ops.aten.silu_backward, torch.ops.aten.mish_backward, torch.ops.aten.native_group_norm_backward]
+    )
+    compiled = aot_function(
+        loss_of, fw_compiler=lambda gm, _: make_boxed_func(gm.forward), bw_compiler=keep_backward, decompositions=decompositions
+    )
+    compiled(*example_inputs, *params.values()).backward()
+    backward = captured["backward"]
+    saved = [n for n in backward.graph.nodes if n.op == "placeholder"]
+    examples = tuple(_example_for(n) for n in saved)
+
+    class Backward(nn.Module):  # drop the None gradients of the inputs
+        def __init__(self):
+            super().__init__()
+            self.graph_module = backward
+
+        def forward(self, *args):
+            return tuple(g for g in self.graph_module(*args) if g is not None)
+
+    program = torch.export.export(Backward(), examples)
+    model = _to_onnx(program, examples, optimize)
+    outputs = [f"grad.{name}" for name in params]
+    return _name_interface(model, {}, outputs)
+
+
+def _example_for(placeholder) -> torch.Tensor:
+    value = placeholder.meta["val"]
+    return torch.randn(value.shape, dtype=value.dtype) if value.dtype.is_floating_point else torch.zeros(value.shape, dtype=value.dtype)
+
+
+def to_numpy_inputs(example_inputs: tuple) -> dict[str, np.ndarray]:
+    return {f"input_{k}": t.detach().cpu().numpy() for k, t in enumerate(example_inputs)}
