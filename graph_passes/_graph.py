@@ -116,6 +116,18 @@ def users(value: ir.Value) -> list[ir.Node]:
     return seen
 
 
+def users_through_casts(value: ir.Value) -> list[ir.Node]:
+    """The nodes that read `value` directly or through Identity and float Casts (mixed-precision
+    graphs read a float16 gradient as float)."""
+    found: list[ir.Node] = []
+    for node in users(value):
+        if node.op_type in ("Identity", "Cast", "CastLike") and strip(node.outputs[0]) is strip(value):
+            found.extend(n for n in users_through_casts(node.outputs[0]) if n not in found)
+        elif node not in found:
+            found.append(node)
+    return found
+
+
 def is_live(value: ir.Value) -> bool:
     """Read by some node or a graph output: a dead value is not worth a fusion."""
     return value.is_graph_output() or len(value.uses()) > 0

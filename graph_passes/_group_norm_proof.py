@@ -26,7 +26,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig, cofactors
-from ascend_grad.graph_passes._graph import axes_of, dims, producer, scalar, shape_tensor_dims, strip, users
+from ascend_grad.graph_passes._graph import axes_of, dims, producer, scalar, shape_tensor_dims, strip, users, users_through_casts
 from ascend_grad.graph_passes._swish import Activation
 
 
@@ -136,6 +136,8 @@ def _poly(value: ir.Value, stop=()) -> tuple[Algebra, Poly]:
 
 def parse_forward(z: ir.Value) -> _Forward:
     """z = InstanceNormalization(Reshape(x, (N, G, -1)), 1, 0) reshaped back, * gamma + beta."""
+    if strip(z).producer() is None:
+        raise Refuse("z is an input of this graph (a saved activation): no forward GroupNorm here to prove it")
     add = _expect(producer(strip(z), "Add"), "z is not GroupNorm's output (no Add of beta)")
     for scaled, shifted in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
         mul = producer(strip(scaled), "Mul")
@@ -158,6 +160,12 @@ def parse_forward(z: ir.Value) -> _Forward:
     raise Refuse("z is not GroupNorm's output (InstanceNormalization * gamma + beta)")
 
 
+def _rounded(number: float, like: ir.Value) -> float:
+    """number as `like`'s dtype holds it (a float16 graph keeps eps = 1e-5 as 1.0014e-05)."""
+    dtype = like.dtype.numpy() if like.dtype is not None else np.float32
+    return float(np.array(number, dtype=np.float32).astype(dtype))
+
+
 def _grouped_x(value: ir.Value, forward: _Forward) -> ir.Value:
     """value is Reshape(x, (N, G, -1))."""
     base, shape = _reshape_of(value, 3)
@@ -178,7 +186,7 @@ def check_statistics(mean: ir.Value, rstd: ir.Value, forward: _Forward) -> None:
         raise Refuse("rstd is not 1 / sqrt(var + eps)")
     add = _expect(producer(strip(_expect(producer(strip(root), "Sqrt"), "rstd has no Sqrt").inputs[0]), "Add"), "no eps")
     for var, eps in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-        if scalar(eps) is not None and _close(scalar(eps), forward.eps, 1e-6):
+        if scalar(eps) is not None and scalar(eps) == _rounded(forward.eps, eps):
             break
     else:
         raise Refuse(f"rstd's eps is not the forward's ({forward.eps})")
@@ -206,7 +214,7 @@ def prove(g: ir.Value, swish: Activation) -> GroupNormBackward:
 
     # g's three uses: g * x (for ds), g grouped by channel (for db), g grouped by (group, channel)
     ds = db = g4 = None
-    for node in users(g):
+    for node in users_through_casts(g):
         if node.op_type == "Mul" and any(strip(v) is x for v in node.inputs):
             for user in users(node.outputs[0]):
                 if user.op_type == "Reshape":

@@ -66,8 +66,12 @@ class GroupNormSwishGradRule(FusionRule):
 
     def rewrite(self, op, dx_sum, shape, root: ir.Value, **_):
         p = self._proof
-        T, U = p.x.dtype, p.gamma.dtype
-        inputs = [cast_to(op, p.dy, T), cast_to(op, p.mean, U), cast_to(op, p.rstd, U), p.x, p.gamma, cast_to(op, p.beta, U)]
+        # compute in the dtypes the decomposed backward computes in (a float16 graph may upcast):
+        # T from dx, U from dgamma/dbeta; the casts in are exact widenings or no-ops
+        T = root.dtype or p.x.dtype
+        U = next((v.dtype for v in (p.dgamma, p.dbeta) if v is not None and v.dtype is not None), p.gamma.dtype)
+        inputs = [cast_to(op, p.dy, T), cast_to(op, p.mean, U), cast_to(op, p.rstd, U), cast_to(op, p.x, T),
+                  cast_to(op, p.gamma, U), cast_to(op, p.beta, U)]
         dx, dgamma, dbeta = node_for(
             op, OP_TYPE, inputs, outputs=3, num_groups=p.num_groups, swish_scale=float(p.swish_scale),
             dgamma_is_require=int(p.dgamma is not None), dbeta_is_require=int(p.dbeta is not None),
