@@ -29,9 +29,6 @@ MAX_DEPTH = 16
 class Poly(dict):
     """{monomial: coefficient}; the empty monomial is the constant term."""
 
-    def key(self) -> frozenset:
-        return frozenset((m, round(c, 12)) for m, c in self.items())
-
     @staticmethod
     def constant(c: float) -> Poly:
         return Poly({(): c}) if c else Poly()
@@ -84,7 +81,7 @@ class Algebra:
         self.atoms: list[tuple[str, ir.Value]] = []  # (kind, value): kind "value", "sigmoid", "tanh_softplus"
         self._index: dict[tuple[str, int], int] = {}
         self._memo: dict[int, Poly] = {}
-        self.value_of: dict[frozenset, ir.Value] = {}
+        self._computed: list[tuple[ir.Value, Poly]] = []
 
     def atom(self, kind: str, value: ir.Value) -> int:
         key = (kind, id(value))
@@ -103,8 +100,15 @@ class Algebra:
         if len(result) > MAX_TERMS:
             raise TooBig(f"more than {MAX_TERMS} terms")
         self._memo[id(value)] = result
-        self.value_of.setdefault(result.key(), value)
+        self._computed.append((value, result))
         return result
+
+    def value_computing(self, poly: Poly) -> ir.Value | None:
+        """The first value seen whose polynomial is `poly` (a factor handed back as a tensor)."""
+        for value, computed in self._computed:
+            if computed.keys() == poly.keys() and all(abs(computed[m] - c) <= 1e-12 * max(1.0, abs(c)) for m, c in poly.items()):
+                return value
+        return None
 
     def _build(self, value: ir.Value, depth: int) -> Poly:
         c = scalar(value)

@@ -10,13 +10,16 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass, RemoveUnusedOpsetsPass, TopologicalSortPass
+from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
 
 from ascend_grad import DOMAIN
 from ascend_grad.graph_passes import group_norm_swish_grad, mish_backward, silu_backward
 from ascend_grad.graph_passes._rule import start_notes
+from ascend_grad.ops import attach_functions
 
-RULE_SETS = (group_norm_swish_grad.RULES, mish_backward.RULES, silu_backward.RULES)
-OPS = (group_norm_swish_grad.OP_TYPE, mish_backward.OP_TYPE, silu_backward.OP_TYPE)
+# in this order: GroupNorm first, or the SiLU rules would take its swish part
+MODULES = (group_norm_swish_grad, mish_backward, silu_backward)
+OPS = tuple(m.OP_TYPE for m in MODULES)
 
 
 @dataclass
@@ -50,21 +53,26 @@ def _load(model) -> tuple[ir.Model, str]:
     if isinstance(model, onnx.ModelProto):
         return ir.serde.deserialize_model(model), "proto"
     if isinstance(model, (str, os.PathLike)):
-        return ir.load(os.fspath(model)), "proto"
+        return ir.load(os.fspath(model)), "proto"  # external weights stay on disk (lazy tensors)
     raise TypeError(f"fuse_backward_ops takes an onnx.ModelProto, an onnx_ir.Model or a path, not {type(model).__name__}")
 
 
 def fuse_backward_ops(model):
     """Fuse every provable decomposed backward of the op set; returns (model, FusionReport).
 
-    The model comes back as it came (an onnx_ir.Model stays one; a ModelProto or a path gives a
-    ModelProto). Graph outputs keep their names; running the pass again changes nothing.
+    The model comes back as it came: an onnx_ir.Model stays one (edited in place; pass one loaded
+    with `onnx_ir.load` to keep external weights on disk), a ModelProto or a path gives a
+    ModelProto. Graph outputs keep their names; running the pass again changes nothing.
     """
     ir_model, kind = _load(model)
     report = FusionReport(nodes_before=_count_nodes(ir_model.graph))
     notes = start_notes()
-    for rules in RULE_SETS:
-        rules.apply_to_model(ir_model)
+    present = {n.op_type for n in ir_model.graph.all_nodes()}
+    present |= {n.op_type for f in ir_model.functions.values() for n in f}
+    for module in MODULES:
+        rules = module.rules(present)  # only the rules whose ops the graph holds
+        if rules:
+            RewriteRuleSet(rules).apply_to_model(ir_model)
     RemoveUnusedNodesPass()(ir_model)
     RemoveUnusedOpsetsPass()(ir_model)
     TopologicalSortPass()(ir_model)
@@ -72,10 +80,5 @@ def fuse_backward_ops(model):
     report.counts = {op: found.get(op, 0) for op in OPS}
     report.fused, report.refused = notes.fused, notes.refused
     report.nodes_after = _count_nodes(ir_model.graph)
-    proto = ir.serde.serialize_model(ir_model)
-    from ascend_grad.ops import attach_functions
-
-    attach_functions(proto)
-    if kind == "ir":
-        return ir.serde.deserialize_model(proto), report
-    return proto, report
+    attach_functions(ir_model)
+    return (ir_model if kind == "ir" else ir.serde.serialize_model(ir_model)), report

@@ -46,8 +46,25 @@ def _transparent_input(node: ir.Node) -> ir.Value | None:
     return None
 
 
+# Memo of strip and scalar for the values of the graph being matched. A rewrite rewires readers,
+# so the rules clear it after every rewrite (clear_memo); values are kept as keys, never ids.
+_memo: dict[str, dict[ir.Value, object]] = {"strip": {}, "scalar": {}}
+
+
+def clear_memo() -> None:
+    for table in _memo.values():
+        table.clear()
+
+
 def strip(value: ir.Value) -> ir.Value:
     """`value` with Identity, float Casts, Expand and multiplications or divisions by 1 peeled off."""
+    table = _memo["strip"]
+    if value not in table:
+        table[value] = _strip(value)
+    return table[value]
+
+
+def _strip(value: ir.Value) -> ir.Value:
     while True:
         node = producer(value)
         if node is None:
@@ -83,6 +100,13 @@ def scalar(value: ir.Value | None) -> float | None:
     Expand and Identity. Broadcasting one number is all these spellings do."""
     if value is None:
         return None
+    table = _memo["scalar"]
+    if value not in table:
+        table[value] = _scalar(value)
+    return table[value]
+
+
+def _scalar(value: ir.Value) -> float | None:
     array = constant_array(value)
     if array is not None and array.size > 0 and array.dtype.kind in "fiu":
         first = array.flat[0]

@@ -1,9 +1,9 @@
 """What the fusion rules share: the base class, the refusal notes, casts and value replacement.
 
-Each rule is an onnxscript RewriteRuleClassBase whose pattern is a small anchor (the node that
+Each rule is an onnxscript RewriteRuleClassBase whose pattern is one anchor node (the node that
 computes the gradient) and whose check proves the math of the subgraph behind it (see _algebra,
-_swish, _group_norm_proof). Rules do not remove nodes themselves: the pass drops what became dead,
-so an intermediate that something else still reads stays.
+_swish, _group_norm_proof). The rewriter removes only the anchor, whose output is replaced; the
+pass then drops what became dead, so an intermediate that something else still reads stays.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter._basics import MatchResult
 
 from ascend_grad import DOMAIN
+from ascend_grad.graph_passes._graph import clear_memo
 
 
 @dataclass
@@ -36,6 +37,7 @@ def notes() -> Notes:
 def start_notes() -> Notes:
     global _current
     _current = Notes()
+    clear_memo()
     return _current
 
 
@@ -45,7 +47,7 @@ class FusionRule(pattern.RewriteRuleClassBase):
     op_type = ""  # the ascend.grad op it produces
 
     def __init__(self, name: str):
-        super().__init__(name, remove_nodes=False)
+        super().__init__(name, remove_nodes=True)  # removes the anchor only: the pattern is one node
         self._proof = None
 
     def refuse(self, activation: ir.Value, reason: str) -> MatchResult:
@@ -59,6 +61,8 @@ class FusionRule(pattern.RewriteRuleClassBase):
         return MatchResult()
 
     def record(self, root: ir.Value, **details) -> None:
+        """Note a fusion (called from rewrite: the graph is about to change, so the memo goes)."""
+        clear_memo()
         notes().fused.append({"op": self.op_type, "at": root.name, **details})
 
 

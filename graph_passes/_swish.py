@@ -92,7 +92,7 @@ def match_swish_backward(root: ir.Value) -> Activation | str:
         D = groups[(1, 0)]
         if not D.atoms() or not (_same_poly(groups[(1, 1)], D.scale(b)) and _same_poly(groups[(2, 1)], D.scale(-b))):
             continue  # (a constant D is a part of a gradient, not the whole)
-        dy = algebra.value_of.get(D.key())
+        dy = algebra.value_computing(D)
         if dy is None:
             return "the incoming gradient is not one tensor of the graph"
         return Activation(dy, z, b)
@@ -115,7 +115,7 @@ def match_mish_backward(root: ir.Value) -> Activation | str:
         D = groups[(1, 0, 0)]
         if not D.atoms() or not (_same_poly(groups[(0, 1, 1)], D) and _same_poly(groups[(2, 1, 1)], D.scale(-1.0))):
             continue
-        dy = algebra.value_of.get(D.key())
+        dy = algebra.value_computing(D)
         if dy is None:
             return "the incoming gradient is not one tensor of the graph"
         return Activation(dy, x)

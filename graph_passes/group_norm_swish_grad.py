@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchResult
-from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
 
 from ascend_grad.graph_passes._algebra import Algebra, TooBig
 from ascend_grad.graph_passes._graph import is_live, producer, strip
@@ -84,4 +83,6 @@ class GroupNormSwishGradRule(FusionRule):
         return dx
 
 
-RULES = RewriteRuleSet([GroupNormSwishGradRule.rule()])
+def rules(present: set[str]) -> list:
+    """The rules worth running on a graph holding the op types `present`."""
+    return [GroupNormSwishGradRule.rule()] if {"InstanceNormalization", "Sigmoid"} <= present else []

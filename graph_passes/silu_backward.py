@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchResult
-from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
 
 from ascend_grad.graph_passes._graph import is_live, same_shape
 from ascend_grad.graph_passes._rule import FusionRule, cast_to, node_for
@@ -72,4 +71,7 @@ class QuickGeluGradAsSilu(FusionRule):
         return node_for(op, OP_TYPE, [dy, x])
 
 
-RULES = RewriteRuleSet([SwishBackwardAsSilu.rule("Mul"), SwishBackwardAsSilu.rule("Add"), QuickGeluGradAsSilu.rule()])
+def rules(present: set[str]) -> list:
+    """The rules worth running on a graph holding the op types `present`."""
+    found = [SwishBackwardAsSilu.rule("Mul"), SwishBackwardAsSilu.rule("Add")] if "Sigmoid" in present else []
+    return found + ([QuickGeluGradAsSilu.rule()] if "QuickGeluGrad" in present else [])

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx import helper
 
 from ascend_grad import DOMAIN, OPSET_VERSION
@@ -80,13 +81,29 @@ def _spell_out_defaults(node: onnx.NodeProto) -> None:
             node.attribute.append(attr.default_value)
 
 
-def attach_functions(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Give `model` (in place, and returned) the function body of every ascend.grad op it uses.
+def function_bodies(used: set[str], onnx_opset: int, mish_pairs) -> list[onnx.FunctionProto]:
+    """The bodies of the ops `used`, importing ai.onnx at `onnx_opset` (MishBackward's chosen for the
+    model's (gradOutput, self) dtype pairs)."""
+    bodies = []
+    for op_type in sorted(used):
+        if op_type == mish_backward.OP_TYPE:
+            body = mish_backward.function_for_pairs(mish_pairs)
+        else:
+            body = BODIES[op_type]()
+        bodies.append(stamp_opset(body, onnx_opset))
+    return bodies
+
+
+def attach_functions(model):
+    """Give `model` (an onnx.ModelProto or onnx_ir.Model; in place, and returned) the function body
+    of every ascend.grad op it uses.
 
     Bodies already there for our ops are replaced, so attaching twice changes nothing. The bodies
     import the model's ai.onnx version (15 or newer; 18 is added when the model has none). Nodes get
     their default attributes written out, so runtimes without function-attribute defaults work too.
     """
+    if isinstance(model, ir.Model):
+        return _attach_to_ir(model)
     nodes = list(op_nodes(model))
     for node in nodes:
         _spell_out_defaults(node)
@@ -99,17 +116,36 @@ def attach_functions(model: onnx.ModelProto) -> onnx.ModelProto:
         model.opset_import.append(helper.make_opsetid("", version))
     if not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, OPSET_VERSION))
-
     keep = [f for f in model.functions if not _is_ours(f)]
-    bodies = []
-    for op_type in sorted(used):
-        if op_type == mish_backward.OP_TYPE:
-            body = mish_backward.function_for_pairs(_mish_pairs(model))
-        else:
-            body = BODIES[op_type]()
-        bodies.append(stamp_opset(body, version))
+    pairs = _mish_pairs(model) if mish_backward.OP_TYPE in used else []
     del model.functions[:]
-    model.functions.extend(keep + bodies)
+    model.functions.extend(keep + function_bodies(used, version, pairs))
+    return model
+
+
+def _attach_to_ir(model: ir.Model) -> ir.Model:
+    """attach_functions on an onnx_ir model: nothing is serialised, so external weights stay where
+    they are (a model over 2 GB is never loaded)."""
+    bodies = [model.graph] + [f for f in model.functions.values() if not (f.domain == DOMAIN and f.name in BODIES)]
+    nodes = [n for body in bodies for n in (body.all_nodes() if isinstance(body, ir.Graph) else body)
+             if n.domain == DOMAIN and n.op_type in BODIES]
+    for node in nodes:
+        schema = onnx.defs.get_schema(node.op_type, OPSET_VERSION, DOMAIN)
+        for name, attr in sorted(schema.attributes.items()):
+            if name not in node.attributes and attr.default_value.type:
+                node.attributes[name] = ir.serde.deserialize_attribute(attr.default_value)
+    used = {n.op_type for n in nodes}
+    if not used:
+        return model
+    version = model.opset_imports.setdefault("", DEFAULT_ONNX_OPSET)
+    model.opset_imports.setdefault(DOMAIN, OPSET_VERSION)
+    pairs = [tuple(int(v.dtype) if v is not None and v.dtype is not None else 0 for v in n.inputs[:2])
+             for n in nodes if n.op_type == mish_backward.OP_TYPE]
+    for key in [k for k, f in model.functions.items() if f.domain == DOMAIN and f.name in BODIES]:
+        del model.functions[key]
+    for body in function_bodies(used, version, pairs):
+        function = ir.serde.deserialize_function(body)
+        model.functions[function.identifier()] = function
     return model
 
 

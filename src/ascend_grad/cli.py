@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 
 import ascend_grad
@@ -41,6 +43,67 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_model(path: str):
+    """An ONNX file as an onnx_ir model (weights in external data stay on disk), or a one-line error."""
+    import onnx_ir as ir
+
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such file")
+    try:
+        return ir.load(path)
+    except Exception as error:  # a parse failure: not an ONNX model
+        raise InputError(f"{path}: not an ONNX model ({type(error).__name__})") from None
+
+
+def _save_model(model, path: str) -> None:
+    import onnx_ir as ir
+
+    external = any(isinstance(t.const_value, ir.ExternalTensor) for t in model.graph.initializers.values())
+    if external:  # keep the weights beside the output, streamed tensor by tensor
+        ir.save(model, path, external_data=os.path.basename(path) + ".data")
+    else:
+        ir.save(model, path)
+
+
+def cmd_fuse(args: argparse.Namespace) -> int:
+    """Fuse the decomposed backward passes of IN into ascend.grad nodes; write OUT."""
+    from ascend_grad.graph_passes import fuse_backward_ops
+
+    model = _load_model(args.input)
+    fused, report = fuse_backward_ops(model)
+    _save_model(fused, args.output)
+    fused_ops = ", ".join(f"{op} x{n}" for op, n in report.counts.items() if n) or "nothing"
+    print(f"fused: {fused_ops}; nodes {report.nodes_before} -> {report.nodes_after}")
+    for where, why in report.refused.items():
+        print(f"left alone: {where}: {why}")
+    result = report.to_dict()
+    print(f"wrote {args.output}")
+    if args.verify:
+        from ascend_grad.verify import compare_models
+
+        errors = compare_models(args.input, args.output)
+        result["verify"] = errors
+        worst = max(errors["relative_errors"].values(), default=0.0)
+        print(f"verified {len(errors['relative_errors'])} outputs against the original: largest relative error "
+              f"{worst:.2e} (bound {errors['bound']:g})")
+        if worst > errors["bound"]:
+            print("ascend-grad: error: the fused graph's outputs differ from the original's", file=sys.stderr)
+            _write_report(args.report, result)
+            return 1
+    _write_report(args.report, result)
+    return 0
+
+
+def _write_report(path: str | None, result: dict) -> None:
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+class InputError(ValueError):
+    """Bad input to the command line: exit status 2, one line on stderr."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ascend-grad",
@@ -51,14 +114,27 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     ops_parser = commands.add_parser("ops", help="list the op set (inputs, outputs, attributes, dtypes)")
     ops_parser.set_defaults(run=cmd_ops)
+    fuse = commands.add_parser(
+        "fuse", help="fuse the decomposed SiLU, Mish and GroupNorm+swish backward passes of a training graph",
+        description="Replace every decomposed SiLU, Mish and GroupNorm+swish backward in IN that is provably the "
+        "op's math by one ascend.grad node, attach the ops' function bodies, and write OUT.",
+    )
+    fuse.add_argument("input", metavar="IN.onnx")
+    fuse.add_argument("-o", "--output", metavar="OUT.onnx", required=True)
+    fuse.add_argument("--verify", action="store_true",
+                      help="run IN and OUT in onnxruntime (OUT with the kernel library) on random inputs and compare every output")
+    fuse.add_argument("--report", metavar="FILE.json", help="write what was fused, and why anything was left alone")
+    fuse.set_defaults(run=cmd_fuse)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # exits 2 with a usage line on bad arguments
+    from ascend_grad.verify import CannotVerify
+
     try:
         return args.run(args)
-    except (OSError, ValueError) as error:  # bad input: one line, no traceback
+    except (InputError, CannotVerify, OSError) as error:  # bad input: one line, no traceback
         print(f"ascend-grad: error: {error}", file=sys.stderr)
         return 2
 

@@ -8,10 +8,7 @@ Python API has no bfloat16 still exercise the bfloat16 kernels.
 
 import itertools
 import os
-import re
 import subprocess
-import sys
-import venv
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +17,18 @@ import pytest
 from onnx import TensorProto, helper
 
 from ascend_grad import ops, runtime_ext
-from ascend_grad.testing import FLOAT_DTYPES, TOLERANCE, assert_close, group_norm_feeds, random_array, run_onnxruntime
+from ascend_grad.testing import (
+    FLOAT_DTYPES,
+    TOLERANCE,
+    assert_close,
+    group_norm_feeds,
+    random_array,
+    run_onnxruntime,
+    venv_python,
+)
 
 REPO = Path(__file__).resolve().parents[2]
-VENVS = REPO / "build" / "ort-venvs"
+VENVS = REPO / "build" / "venvs"
 RUNTIMES = ["onnxruntime-training-cpu==1.19.2", "onnxruntime==1.24.4"]
 DTYPES = list(FLOAT_DTYPES.values())
 
@@ -87,17 +92,6 @@ def _cases(rng):
         yield f"gn-{T.name}-{U.name}-{data_format}", model, feeds, {"out_y": (ref[0], T), "out_mean": (ref[1], U), "out_rstd": (ref[2], U)}
 
 
-def _environment(spec):
-    """A virtual environment with only `spec` and numpy in it (made once, kept in build/)."""
-    folder = VENVS / re.sub(r"[^A-Za-z0-9.]+", "-", spec)
-    python = folder / "bin" / "python"
-    if not (folder / "ready").exists():
-        venv.create(folder, with_pip=True, clear=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec, "numpy"], check=True)
-        (folder / "ready").touch()
-    return python
-
-
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ort-versions")
@@ -124,7 +118,7 @@ def test_the_same_binary_in_another_onnxruntime(cases, spec, tmp_path):
     run_folder.mkdir()
     for path in folder.iterdir():
         (run_folder / path.name).write_bytes(path.read_bytes())
-    python = _environment(spec)
+    python = venv_python(spec, "numpy", root=VENVS)
     done = subprocess.run([python, "-c", CHILD, runtime_ext.library_path(), str(run_folder)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"onnxruntime {spec.split('==')[1]}" in done.stdout
