@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import onnx
 import onnx_ir as ir
-from onnx_ir.passes.common import RemoveUnusedNodesPass, RemoveUnusedOpsetsPass, TopologicalSortPass
+from onnx_ir.passes.common import RemoveUnusedNodesPass, RemoveUnusedOpsetsPass, ShapeInferencePass, TopologicalSortPass
 from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
 
 from ascend_grad import DOMAIN
@@ -57,6 +57,13 @@ def _load(model) -> tuple[ir.Model, str]:
     raise TypeError(f"fuse_backward_ops takes an onnx.ModelProto, an onnx_ir.Model or a path, not {type(model).__name__}")
 
 
+def _ensure_shapes(graph_model: ir.Model) -> None:
+    """The proofs need every intermediate's shape (a gradient must not broadcast): infer them when
+    the graph does not carry them (exporters usually do). Ops onnx does not know stay unshaped."""
+    if any(v.shape is None for n in graph_model.graph for v in n.outputs):
+        ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(graph_model)
+
+
 def fuse_backward_ops(model):
     """Fuse every provable decomposed backward of the op set; returns (model, FusionReport).
 
@@ -66,6 +73,7 @@ def fuse_backward_ops(model):
     """
     ir_model, kind = _load(model)
     report = FusionReport(nodes_before=_count_nodes(ir_model.graph))
+    _ensure_shapes(ir_model)
     notes = start_notes()
     present = {n.op_type for n in ir_model.graph.all_nodes()}
     present |= {n.op_type for f in ir_model.functions.values() for n in f}

@@ -2,7 +2,7 @@
 
 onnxruntime-training exists only as `onnxruntime-training-cpu==1.19.2` (its last release, for Python
 up to 3.11), which cannot share an environment with this project's onnx and onnxruntime, so it runs
-in its own virtual environment, made once under build/ort-training-venv. The route:
+in its own virtual environment, made once under build/venvs/ (ascend_grad.testing.venv_python). The route:
 
 1. here (PyTorch): `torch.onnx.export(dynamo=False, training=TRAINING)` of the module with the loss
    inside the graph: input `input_0`, output `loss`, the parameters as initializers named as in
@@ -40,9 +40,9 @@ from onnx import helper, numpy_helper
 from torch import nn
 
 from ascend_grad.models.routes import WithLoss, _name_interface
+from ascend_grad.testing import venv_python
 
 SPEC = ["onnxruntime-training-cpu==1.19.2", "onnx==1.16.2", "numpy"]  # onnx 1.17.0 works too
-VENV = Path(os.environ.get("ORT_TRAINING_VENV", Path(__file__).resolve().parents[1] / "build" / "ort-training-venv"))
 OPSET = 17  # 18 would export Mish and GroupNormalization ops, which have no gradient in 1.19.2 either
 
 # onnxruntime/training/__init__.py imports `optim`, which imports torch (microsoft/onnxruntime#22070);
@@ -72,13 +72,9 @@ np.savez(f"{folder}/results.npz", loss=loss, **{n: state.parameters[n].grad for 
 """
 
 
-def training_python(venv: Path = VENV) -> Path:
-    """The venv's python, making the venv first unless an earlier install finished (`ready` marker)."""
-    if not (venv / "ready").exists():
-        subprocess.run(["python3", "-m", "venv", "--clear", venv], check=True)
-        subprocess.run([venv / "bin" / "pip", "install", "-q", *SPEC], check=True)
-        (venv / "ready").touch()
-    return venv / "bin" / "python"
+def training_python() -> Path:
+    """The python of a venv holding only SPEC (made once: see ascend_grad.testing.venv_python)."""
+    return venv_python(*SPEC)
 
 
 def _in_venv(script: str, folder: Path, names: list[str]) -> None:

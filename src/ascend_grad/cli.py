@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fuse.add_argument("input", metavar="IN.onnx")
     fuse.add_argument("-o", "--output", metavar="OUT.onnx", required=True)
+    fuse.add_argument("--target", choices=["cpu"], default="cpu",
+                      help="where the fused graph runs: cpu (onnxruntime's CPU execution provider with the kernel library, or the ops' function bodies anywhere)")
     fuse.add_argument("--verify", action="store_true",
                       help="run IN and OUT in onnxruntime (OUT with the kernel library) on random inputs and compare every output")
     fuse.add_argument("--report", metavar="FILE.json", help="write what was fused, and why anything was left alone")

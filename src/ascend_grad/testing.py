@@ -169,13 +169,15 @@ def assert_close(out: np.ndarray, ref: np.ndarray, what: str = "output", toleran
 
 def venv_python(spec: str, *extra: str, root=None):
     """The python of a virtual environment holding only `spec` (and `extra` packages), made once under
-    build/venvs/ of the repository (or `root`): a second onnxruntime, say, beside this one."""
+    `root`, else $ASCEND_GRAD_VENVS, else build/venvs/ of the current directory (the repository
+    root): a second onnxruntime, say, beside this one."""
+    import os
     import re
     import subprocess
     import venv
     from pathlib import Path
 
-    folder = Path(root or Path.cwd() / "build" / "venvs") / re.sub(r"[^A-Za-z0-9.]+", "-", " ".join((spec, *extra)))
+    folder = Path(root or os.environ.get("ASCEND_GRAD_VENVS") or Path.cwd() / "build" / "venvs") / re.sub(r"[^A-Za-z0-9.]+", "-", " ".join((spec, *extra)))
     python = folder / "bin" / "python"
     if not (folder / "ready").exists():
         venv.create(folder, with_pip=True, clear=True)

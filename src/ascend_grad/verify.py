@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ascend_grad.testing import BFLOAT16, TOLERANCE, run_onnxruntime
+from ascend_grad.testing import BFLOAT16, TOLERANCE, relative_error, run_onnxruntime
 
 
 class CannotVerify(ValueError):
@@ -51,9 +51,16 @@ def compare_models(original_path: str, fused_path: str, seed: int = 0) -> dict:
     except Exception as error:
         raise CannotVerify(f"the original graph does not run in this onnxruntime: {str(error).splitlines()[0][:200]}") from None
     got = run_onnxruntime(fused_path, feeds, runtime_ext.session_options())
-    errors = {}
-    for name, want in expected.items():
-        want64, got64 = want.astype(np.float64), got[name].astype(np.float64)
-        scale = np.abs(want64).max() if want64.size else 0.0
-        errors[name] = float(np.abs(got64 - want64).max() / (scale or 1.0)) if want64.size else 0.0
+    errors = {name: output_error(got[name], want) for name, want in expected.items()}
     return {"relative_errors": errors, "bound": bound_for(original)}
+
+
+def output_error(got: np.ndarray, want: np.ndarray) -> float:
+    """The relative error over finite values; infinity where the shapes differ or where one graph
+    gives NaN or an infinity and the other does not give the same."""
+    want64, got64 = want.astype(np.float64), got.astype(np.float64)
+    if got64.shape != want64.shape:
+        return float("inf")
+    finite = np.isfinite(want64) & np.isfinite(got64)
+    same_special = (np.isnan(want64) & np.isnan(got64)) | (np.isinf(want64) & (want64 == got64))
+    return relative_error(got64, want64) if np.all(finite | same_special) else float("inf")
