@@ -81,7 +81,7 @@ def fuse_backward_ops(model):
         rules = module.rules(present)  # only the rules whose ops the graph holds
         if rules:
             RewriteRuleSet(rules).apply_to_model(ir_model)
-    RemoveUnusedNodesPass()(ir_model)
+            RemoveUnusedNodesPass()(ir_model)  # the replaced subgraph: the next rules must not see it
     RemoveUnusedOpsetsPass()(ir_model)
     TopologicalSortPass()(ir_model)
     found = Counter(n.op_type for n in ir_model.graph.all_nodes() if n.domain == DOMAIN)
