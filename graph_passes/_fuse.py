@@ -48,20 +48,33 @@ def _count_nodes(graph: ir.Graph) -> int:
 
 
 def _load(model) -> tuple[ir.Model, str]:
-    if isinstance(model, ir.Model):
-        return model, "ir"
+    """The model as onnx_ir, with every intermediate's shape: the proofs need them (a gradient must
+    not broadcast). Exporters usually record them; if not, onnx infers them (ops it does not know
+    stay unshaped, and a graph whose inference fails is taken as it is)."""
     if isinstance(model, onnx.ModelProto):
-        return ir.serde.deserialize_model(model), "proto"
-    if isinstance(model, (str, os.PathLike)):
-        return ir.load(os.fspath(model)), "proto"  # external weights stay on disk (lazy tensors)
+        if _shaped(model.graph):
+            return ir.serde.deserialize_model(model), "proto"
+        try:  # on the proto: onnx's C++ inference, no round trip through onnx_ir
+            inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+            return ir.serde.deserialize_model(inferred), "proto"
+        except (onnx.shape_inference.InferenceError, ValueError):  # over 2 GB in memory, say
+            return _ir_with_shapes(ir.serde.deserialize_model(model)), "proto"
+    if isinstance(model, ir.Model):
+        return _ir_with_shapes(model), "ir"
+    if isinstance(model, (str, os.PathLike)):  # external weights stay on disk (lazy tensors)
+        return _ir_with_shapes(ir.load(os.fspath(model))), "proto"
     raise TypeError(f"fuse_backward_ops takes an onnx.ModelProto, an onnx_ir.Model or a path, not {type(model).__name__}")
 
 
-def _ensure_shapes(graph_model: ir.Model) -> None:
-    """The proofs need every intermediate's shape (a gradient must not broadcast): infer them when
-    the graph does not carry them (exporters usually do). Ops onnx does not know stay unshaped."""
-    if any(v.shape is None for n in graph_model.graph for v in n.outputs):
-        ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(graph_model)
+def _shaped(graph: onnx.GraphProto) -> bool:
+    known = {v.name for v in (*graph.input, *graph.output, *graph.value_info)}
+    return all(o in known for n in graph.node for o in n.output if o)
+
+
+def _ir_with_shapes(model: ir.Model) -> ir.Model:
+    if any(v.shape is None and v.name for n in model.graph for v in n.outputs):
+        ShapeInferencePass(check_type=False, strict_mode=False, data_prop=True)(model)
+    return model
 
 
 def fuse_backward_ops(model):
@@ -73,7 +86,6 @@ def fuse_backward_ops(model):
     """
     ir_model, kind = _load(model)
     report = FusionReport(nodes_before=_count_nodes(ir_model.graph))
-    _ensure_shapes(ir_model)
     notes = start_notes()
     present = {n.op_type for n in ir_model.graph.all_nodes()}
     present |= {n.op_type for f in ir_model.functions.values() for n in f}

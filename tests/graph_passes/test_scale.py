@@ -12,60 +12,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from ascend_grad.bench.graph_pass import SHAPE, random_arithmetic, silu_blocks
 from ascend_grad.graph_passes import fuse_backward_ops
 from ascend_grad.testing import assert_close, run_kernels, run_onnxruntime
 
 F = TensorProto.FLOAT
-SHAPE = [4, 8]
-
-
-def _model(nodes, output, initializers=()):
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(n, F, SHAPE) for n in ("dy", "x")],
-        [helper.make_tensor_value_info(output, F, SHAPE)],
-        [helper.make_tensor("one", F, [], [1.0]), *initializers],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
-
-
-def silu_blocks(blocks: int) -> onnx.ModelProto:
-    """`blocks` SiLU backwards as torch spells them, each followed by 4 unrelated nodes and feeding
-    the next: 10 nodes per block."""
-    nodes, x = [], "x"
-    for i in range(blocks):
-        p = f"b{i}."
-        nodes += [
-            helper.make_node("Sigmoid", [x], [p + "s"]),
-            helper.make_node("Sub", ["one", p + "s"], [p + "1-s"]),
-            helper.make_node("Mul", [x, p + "1-s"], [p + "x(1-s)"]),
-            helper.make_node("Add", [p + "x(1-s)", "one"], [p + "a"]),
-            helper.make_node("Mul", [p + "s", p + "a"], [p + "d"]),
-            helper.make_node("Mul", ["dy", p + "d"], [p + "dx"]),
-            helper.make_node("Add", [p + "dx", x], [p + "r"]),
-            helper.make_node("Relu", [p + "r"], [p + "relu"]),
-            helper.make_node("Neg", [p + "relu"], [p + "n"]),
-            helper.make_node("Tanh", [p + "n"], [p + "y"]),
-        ]
-        x = p + "y"
-    return _model(nodes, x)
-
-
-def random_arithmetic(n: int, seed: int = 0) -> onnx.ModelProto:
-    """n nodes of sigmoid/tanh/softplus/exp and + - * wired to recent values: everything the
-    recognisers look at, and no gradient."""
-    rng = np.random.default_rng(seed)
-    values, nodes = ["x", "dy"], []
-    for i in range(n):
-        def near():
-            return values[-1 - int(rng.integers(0, min(8, len(values))))]
-        if rng.random() < 0.3:
-            op = ["Sigmoid", "Tanh", "Softplus", "Neg"][rng.integers(0, 4)]
-            nodes.append(helper.make_node(op, [near()], [f"v{i}"]))
-        else:
-            op = ["Add", "Sub", "Mul", "Mul"][rng.integers(0, 4)]
-            nodes.append(helper.make_node(op, [near(), near()], [f"v{i}"]))
-        values.append(f"v{i}")
-    return _model(nodes, values[-1])
 
 
 def _timed_fuse(model):
