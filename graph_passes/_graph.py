@@ -81,12 +81,17 @@ def _strip(value: ir.Value) -> ir.Value:
         value = inner
 
 
+# A constant the proofs read (a "ones" tensor, a shape) is small or activation-sized; a bigger one
+# is a weight, which is never read (so weights on disk stay there): it just does not count as one.
+MAX_CONSTANT_ELEMENTS = 1 << 24
+
+
 def constant_array(value: ir.Value | None) -> np.ndarray | None:
     """The value of a constant (initializer or Constant node), as numpy."""
     if value is None:
         return None
     tensor = ir.convenience.get_const_tensor(value)
-    if tensor is None:
+    if tensor is None or tensor.size > MAX_CONSTANT_ELEMENTS:
         return None
     try:
         return tensor.numpy()

@@ -17,6 +17,12 @@ import onnx_ir as ir
 from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig, cofactors, sigmoid_argument, tanh_softplus_argument
 from ascend_grad.graph_passes._graph import producer, scalar, strip
 
+# the last node of a gradient: dy * f'(x) or its terms summed (a - b for the Mish product rule)
+ANCHORS = ("Mul", "Add", "Sub")
+
+# a graph without one of these computes no sigmoid (written out: 1 / (1 + exp(-a)))
+SIGMOID_OPS = frozenset({"Sigmoid", "Exp"})
+
 _ARITHMETIC = {"Add", "Sub", "Mul", "Neg", "Div", "Pow", "Identity", "Cast", "CastLike", "Expand"}
 
 

@@ -16,7 +16,7 @@ from ascend_grad.graph_passes._algebra import Algebra, TooBig
 from ascend_grad.graph_passes._graph import is_live, producer, strip
 from ascend_grad.graph_passes._group_norm_proof import Refuse, prove
 from ascend_grad.graph_passes._rule import FusionRule, cast_to, node_for, replace_value
-from ascend_grad.graph_passes._swish import Activation, match_swish_backward
+from ascend_grad.graph_passes._swish import SIGMOID_OPS, Activation, match_swish_backward
 
 OP_TYPE = "GroupNormSwishGrad"
 
@@ -85,4 +85,4 @@ class GroupNormSwishGradRule(FusionRule):
 
 def rules(present: set[str]) -> list:
     """The rules worth running on a graph holding the op types `present`."""
-    return [GroupNormSwishGradRule.rule()] if {"InstanceNormalization", "Sigmoid"} <= present else []
+    return [GroupNormSwishGradRule.rule()] if "InstanceNormalization" in present and present & SIGMOID_OPS else []

@@ -13,7 +13,7 @@ from onnxscript.rewriter._basics import MatchResult
 
 from ascend_grad.graph_passes._graph import dims, is_live
 from ascend_grad.graph_passes._rule import FusionRule, cast_to, node_for
-from ascend_grad.graph_passes._swish import match_mish_backward
+from ascend_grad.graph_passes._swish import ANCHORS, match_mish_backward
 
 OP_TYPE = "MishBackward"
 
@@ -54,4 +54,4 @@ class MishBackwardRule(FusionRule):
 
 def rules(present: set[str]) -> list:
     """The rules worth running on a graph holding the op types `present`."""
-    return [MishBackwardRule.rule("Mul"), MishBackwardRule.rule("Add")] if "Tanh" in present else []
+    return [MishBackwardRule.rule(anchor) for anchor in ANCHORS] if "Tanh" in present else []

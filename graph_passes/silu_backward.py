@@ -14,13 +14,13 @@ from onnxscript.rewriter._basics import MatchResult
 
 from ascend_grad.graph_passes._graph import is_live, same_shape
 from ascend_grad.graph_passes._rule import FusionRule, cast_to, node_for
-from ascend_grad.graph_passes._swish import match_swish_backward
+from ascend_grad.graph_passes._swish import ANCHORS, SIGMOID_OPS, match_swish_backward
 
 OP_TYPE = "SiluBackward"
 
 
 class SwishBackwardAsSilu(FusionRule):
-    """Anchor: the Mul or Add that computes the gradient; check: the polynomial proof."""
+    """Anchor: the Mul, Add or Sub that computes the gradient; check: the polynomial proof."""
 
     op_type = OP_TYPE
 
@@ -73,5 +73,5 @@ class QuickGeluGradAsSilu(FusionRule):
 
 def rules(present: set[str]) -> list:
     """The rules worth running on a graph holding the op types `present`."""
-    found = [SwishBackwardAsSilu.rule("Mul"), SwishBackwardAsSilu.rule("Add")] if "Sigmoid" in present else []
+    found = [SwishBackwardAsSilu.rule(anchor) for anchor in ANCHORS] if present & SIGMOID_OPS else []
     return found + ([QuickGeluGradAsSilu.rule()] if "QuickGeluGrad" in present else [])

@@ -1,0 +1,149 @@
+"""The spellings exporters use for the same gradient all fuse: the ones operand in every form,
+commuted operands, 1 - s written other ways, the product rule, a sigmoid or softplus written out,
+a sigmoid shared with the forward, float16 through Casts; the fused graph computes what the
+original did."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ascend_grad.graph_passes import fuse_backward_ops
+from ascend_grad.testing import assert_close, run_kernels, run_onnxruntime
+
+F, F16, D = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE
+SHAPE = [3, 5, 7]
+
+
+class Graph:
+    """A tiny builder: g.op("Mul", a, b) appends a node and returns its output name."""
+
+    def __init__(self, dtype=F):
+        self.nodes, self.initializers, self.dtype, self.count = [], [], dtype, 0
+
+    def op(self, op_type, *inputs, **attributes):
+        self.count += 1
+        out = f"t{self.count}"
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attributes))
+        return out
+
+    def const(self, value, shape=(), dtype=np.float32):
+        self.count += 1
+        name = f"c{self.count}"
+        self.initializers.append(numpy_helper.from_array(np.full(shape, value, dtype), name))
+        return name
+
+    def model(self, outputs, inputs=("dy", "x")):
+        graph = helper.make_graph(
+            self.nodes, "g", [helper.make_tensor_value_info(n, self.dtype, SHAPE) for n in inputs],
+            [helper.make_tensor_value_info(o, self.dtype, SHAPE) for o in outputs], self.initializers,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+ONES = {
+    "scalar": lambda g: g.const(1.0),
+    "full_shape": lambda g: g.const(1.0, SHAPE),
+    "constant_node": lambda g: g.op("Constant", value=numpy_helper.from_array(np.array(1.0, np.float32))),
+    "constant_of_shape": lambda g: g.op("ConstantOfShape", g.op("Shape", "x"), value=numpy_helper.from_array(np.ones(1, np.float32))),
+    "expand": lambda g: g.op("Expand", g.const(1.0), g.op("Shape", "x")),
+    "cast_like": lambda g: g.op("CastLike", g.const(1.0, dtype=np.float64), "x"),
+    "cast": lambda g: g.op("Cast", g.const(1, dtype=np.int64), to=F),
+}
+
+SIGMOIDS = {
+    "Sigmoid": lambda g, a: g.op("Sigmoid", a),
+    "1/(1+exp(-a))": lambda g, a: g.op("Div", g.const(1.0), g.op("Add", g.const(1.0), g.op("Exp", g.op("Neg", a)))),
+    "Reciprocal": lambda g, a: g.op("Reciprocal", g.op("Add", g.op("Exp", g.op("Neg", a)), g.const(1.0))),
+}
+
+ONE_MINUS = {
+    "Sub(1, s)": lambda g, one, s: g.op("Sub", one, s),
+    "Neg(Sub(s, 1))": lambda g, one, s: g.op("Neg", g.op("Sub", s, one)),
+    "Add(1, Neg(s))": lambda g, one, s: g.op("Add", g.op("Neg", s), one),
+}
+
+
+def torch_silu_backward(g, one, s, one_minus=ONE_MINUS["Sub(1, s)"], commute=False):
+    """dy * s * (1 + x * (1 - s)), torch's silu_backward decomposition."""
+    inner = g.op("Add", g.op("Mul", "x", one_minus(g, one, s)), one)
+    d = g.op("Mul", s, inner)
+    return g.op("Mul", d, "dy") if commute else g.op("Mul", "dy", d)
+
+
+def product_rule(g, one, s):
+    """autograd of y = x * sigmoid(x): dy * s + (dy * x) * (s * (1 - s))."""
+    return g.op("Add", g.op("Mul", "dy", s), g.op("Mul", g.op("Mul", "dy", "x"), g.op("Mul", s, g.op("Sub", one, s))))
+
+
+def _fuses_and_matches(model, op, rng, outputs=None):
+    fused, report = fuse_backward_ops(model)
+    assert report.counts[op] == 1, report.refused
+    feeds = {i.name: rng.standard_normal(SHAPE).astype(np.float32) * 4 for i in model.graph.input}
+    if model.graph.input[0].type.tensor_type.elem_type == F16:
+        feeds = {k: v.astype(np.float16) for k, v in feeds.items()}
+    want, got = run_onnxruntime(model, feeds), run_kernels(fused, feeds)
+    for name in outputs or want:
+        assert_close(got[name], want[name].astype(np.float64), name, tolerance=2e-3 if want[name].dtype == np.float16 else 1e-5)
+    return fused
+
+
+@pytest.mark.parametrize("ones", sorted(ONES))
+def test_silu_with_every_ones_spelling(ones, rng):
+    g = Graph()
+    one = ONES[ones](g)
+    _fuses_and_matches(g.model([torch_silu_backward(g, one, g.op("Sigmoid", "x"))]), "SiluBackward", rng)
+
+
+@pytest.mark.parametrize("sigmoid", sorted(SIGMOIDS))
+@pytest.mark.parametrize("one_minus", sorted(ONE_MINUS))
+@pytest.mark.parametrize("commute", [False, True])
+def test_silu_structural_variants(sigmoid, one_minus, commute, rng):
+    g = Graph()
+    one = g.const(1.0)
+    out = torch_silu_backward(g, one, SIGMOIDS[sigmoid](g, "x"), ONE_MINUS[one_minus], commute)
+    _fuses_and_matches(g.model([out]), "SiluBackward", rng)
+
+
+def test_product_rule_with_the_sigmoid_shared_with_the_forward(rng):
+    g = Graph()
+    s = g.op("Sigmoid", "x")
+    y = g.op("Mul", "x", s)  # the forward's output, also a graph output: s must stay
+    dx = product_rule(g, g.const(1.0), s)
+    fused = _fuses_and_matches(g.model([y, dx]), "SiluBackward", rng)
+    assert "Sigmoid" in [n.op_type for n in fused.graph.node]
+
+
+def test_float16_through_casts(rng):
+    g = Graph(F16)
+    x32, dy32 = g.op("Cast", "x", to=F), g.op("Cast", "dy", to=F)
+    one = g.const(1.0)
+    s = g.op("Sigmoid", x32)
+    d = g.op("Mul", s, g.op("Add", g.op("Mul", x32, g.op("Sub", one, s)), one))
+    out = g.op("Cast", g.op("Mul", dy32, d), to=F16)
+    _fuses_and_matches(g.model([out]), "SiluBackward", rng)
+
+
+SOFTPLUS = {
+    "Softplus": lambda g, x: g.op("Softplus", x),
+    "log(1+exp(x))": lambda g, x: g.op("Log", g.op("Add", g.const(1.0), g.op("Exp", x))),
+    "torch threshold 20": lambda g, x: g.op("Where", g.op("Greater", x, g.const(20.0)), x, g.op("Softplus", x)),
+}
+
+
+@pytest.mark.parametrize("softplus", sorted(SOFTPLUS))
+@pytest.mark.parametrize("form", ["torch", "expanded"])
+def test_mish_spellings(softplus, form, rng):
+    g = Graph()
+    one = g.const(1.0)
+    t = g.op("Tanh", SOFTPLUS[softplus](g, "x"))
+    s = g.op("Sigmoid", "x")
+    if form == "torch":  # dy * (t + x * s * (1 - t * t))
+        d = g.op("Add", t, g.op("Mul", g.op("Mul", "x", s), g.op("Sub", one, g.op("Mul", t, t))))
+        out = g.op("Mul", "dy", d)
+    else:  # dy * t + (dy * x) * s - (dy * x) * s * t^2
+        dyx_s = g.op("Mul", g.op("Mul", "dy", "x"), s)
+        t2 = g.op("Pow", t, g.const(2.0))
+        out = g.op("Sub", g.op("Add", g.op("Mul", "dy", t), dyx_s), g.op("Mul", dyx_s, t2))
+    _fuses_and_matches(g.model([out]), "MishBackward", rng)
