@@ -3,6 +3,7 @@ taken by the SiLU rule), then dead-node removal, a topological sort and the func
 
 from __future__ import annotations
 
+import gc
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
 
 from ascend_grad import DOMAIN
 from ascend_grad.graph_passes import group_norm_swish_grad, mish_backward, silu_backward
+from ascend_grad.graph_passes._graph import remove_dead_nodes
 from ascend_grad.graph_passes._rule import start_notes
 from ascend_grad.ops import attach_functions
 
@@ -84,16 +86,30 @@ def fuse_backward_ops(model):
     with `onnx_ir.load` to keep external weights on disk), a ModelProto or a path gives a
     ModelProto. Graph outputs keep their names; running the pass again changes nothing.
     """
+    enabled = gc.isenabled()
+    gc.disable()  # the pass makes many short-lived objects and no garbage worth collecting midway
+    try:
+        return _fuse(model)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _fuse(model):
     ir_model, kind = _load(model)
     report = FusionReport(nodes_before=_count_nodes(ir_model.graph))
     notes = start_notes()
     present = {n.op_type for n in ir_model.graph.all_nodes()}
     present |= {n.op_type for f in ir_model.functions.values() for n in f}
+    ran = False
     for module in MODULES:
         rules = module.rules(present)  # only the rules whose ops the graph holds
         if rules:
             RewriteRuleSet(rules).apply_to_model(ir_model)
-            RemoveUnusedNodesPass()(ir_model)  # the replaced subgraph: the next rules must not see it
+            remove_dead_nodes(ir_model.graph)  # the replaced subgraph: the next rules must not see it
+            ran = True
+    if ran:  # what is left: unused initializers, dead nodes in functions and subgraphs
+        RemoveUnusedNodesPass()(ir_model)
     RemoveUnusedOpsetsPass()(ir_model)
     TopologicalSortPass()(ir_model)
     found = Counter(n.op_type for n in ir_model.graph.all_nodes() if n.domain == DOMAIN)

@@ -247,3 +247,21 @@ def axes_of(node: ir.Node, rank: int | None = None) -> list[int] | None:
     if axes is None or rank is None:
         return axes
     return sorted(a + rank if a < 0 else a for a in axes)
+
+
+def remove_dead_nodes(graph: ir.Graph) -> int:
+    """Remove the nodes whose outputs nothing reads (graph outputs are read), in one batch:
+    onnx_ir's pass removes node by node at a cost that grows with the graph's outputs, and a
+    training graph has one output per parameter."""
+    outputs = frozenset(graph.outputs)
+    dead = []
+    for node in reversed(graph):
+        if any(v in outputs or v.uses() for v in node.outputs):
+            continue
+        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+            continue  # a node with subgraphs: left to onnx_ir's pass, which looks inside
+        for i in range(len(node.inputs)):
+            node.replace_input_with(i, None)  # its inputs' producers may now be dead too
+        dead.append(node)
+    graph.remove(dead)
+    return len(dead)
