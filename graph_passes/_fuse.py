@@ -99,6 +99,7 @@ def _fuse(model):
     ir_model, kind = _load(model)
     report = FusionReport(nodes_before=_count_nodes(ir_model.graph))
     notes = start_notes()
+    held = Counter(n.op_type for n in ir_model.graph.all_nodes() if n.domain == DOMAIN)  # from an earlier pass
     present = {n.op_type for n in ir_model.graph.all_nodes()}
     present |= {n.op_type for f in ir_model.functions.values() for n in f}
     ran = False
@@ -113,7 +114,7 @@ def _fuse(model):
     RemoveUnusedOpsetsPass()(ir_model)
     TopologicalSortPass()(ir_model)
     found = Counter(n.op_type for n in ir_model.graph.all_nodes() if n.domain == DOMAIN)
-    report.counts = {op: found.get(op, 0) for op in OPS}
+    report.counts = {op: found.get(op, 0) - held.get(op, 0) for op in OPS}
     report.fused, report.refused = notes.fused, notes.refused
     report.nodes_after = _count_nodes(ir_model.graph)
     attach_functions(ir_model)

@@ -107,3 +107,75 @@ def test_verify_on_a_graph_stock_onnxruntime_cannot_run(tmp_path):
 @pytest.mark.parametrize("args", [["fuse"], ["fuse", "a.onnx"], ["fuse", "a.onnx", "-o", "b.onnx", "--target", "gpu"]])
 def test_bad_arguments_exit_2(args):
     assert ascend_grad(*args).returncode == 2
+
+
+@pytest.mark.parametrize("command", [[], ["ops"], ["fuse"], ["demo"], ["info"], ["bench"], ["bench", "kernels"],
+                                     ["bench", "graph_pass"], ["bench", "training_step"]])
+def test_help(command):
+    done = ascend_grad(*command, "--help")
+    assert done.returncode == 0 and "usage:" in done.stdout, done.stderr
+
+
+def test_info_before_and_after_fusing(tmp_path):
+    source = graph_path("resblock.aot.opt")
+    done = ascend_grad("info", source)
+    assert done.returncode == 0, done.stderr
+    assert "ascend.grad nodes: none" in done.stdout
+    assert "the graph pass fuses: GroupNormSwishGrad x1 (89 -> 38 nodes)" in done.stdout
+    fused = tmp_path / "fused.onnx"
+    assert ascend_grad("fuse", source, "-o", fused).returncode == 0
+    done = ascend_grad("info", fused)
+    assert done.returncode == 0, done.stderr
+    assert "ascend.grad nodes: GroupNormSwishGrad x1 (function bodies attached: GroupNormSwishGrad)" in done.stdout
+    assert "the graph pass fuses: none" in done.stdout
+    assert onnx.load(fused).SerializeToString() == onnx.load(fused).SerializeToString()  # info wrote nothing
+
+
+def test_info_says_why_something_was_left_alone():
+    done = ascend_grad("info", graph_path("scaled_swish_mlp.aot.opt"))
+    assert done.returncode == 0 and "recognised but left alone: SiluBackward at" in done.stdout, done.stdout
+
+
+def test_info_bad_input(tmp_path):
+    _one_line_error(ascend_grad("info", tmp_path / "missing.onnx"), "no such file")
+    (tmp_path / "text.onnx").write_text("hello")
+    _one_line_error(ascend_grad("info", tmp_path / "text.onnx"), "not an ONNX model")
+
+
+def test_model_with_external_data(tmp_path):
+    """Weights in a side file: fuse keeps them in a side file of its own, info and --verify read them."""
+    model = onnx.load(graph_path("silu_mlp.aot.opt"))
+    (tmp_path / "in").mkdir()
+    onnx.save(model, tmp_path / "in" / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="m.weights", size_threshold=256)
+    assert (tmp_path / "in" / "m.weights").stat().st_size > 0
+    done = ascend_grad("info", tmp_path / "in" / "m.onnx")
+    assert done.returncode == 0 and "SiluBackward x1" in done.stdout, done.stderr
+    out = tmp_path / "out" / "f.onnx"
+    out.parent.mkdir()
+    done = ascend_grad("fuse", tmp_path / "in" / "m.onnx", "-o", out, "--verify")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "f.onnx.data").stat().st_size > 0
+    external = [t.name for t in onnx.load(out, load_external_data=False).graph.initializer if t.external_data]
+    assert external, "the weights should stay in a side file"
+    fused = onnx.load(out)  # loads the side file
+    assert [n.op_type for n in fused.graph.node].count("SiluBackward") == 1
+
+
+def test_bench_runs_a_benchmark():
+    done = ascend_grad("bench", "graph_pass", "--sizes", "300")
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and line[2:3].isalpha() and "nodes" not in line]
+    assert len(rows) == 3, done.stdout
+
+
+def test_internal_error_is_one_line(tmp_path, monkeypatch, capsys):
+    from ascend_grad import graph_passes
+
+    def broken(model):
+        raise RuntimeError("something we did not expect\nsecond line")
+
+    monkeypatch.setattr(graph_passes, "fuse_backward_ops", broken)
+    assert cli.main(["fuse", str(graph_path("silu_mlp.aot.opt")), "-o", str(tmp_path / "o.onnx")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "internal error: RuntimeError: something we did not expect" in err[0]

@@ -94,6 +94,54 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Fuse the bundled training graphs, verify them, time a training step both ways."""
+    from ascend_grad import demo
+
+    return demo.run(args.out, args.graphs or demo.GRAPHS, args.threads, args.seconds)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """What a model holds: its size, the ascend.grad nodes in it, and the decomposed backward
+    passes the graph pass would fuse (or why not). Nothing is written."""
+    from collections import Counter
+
+    from ascend_grad.graph_passes import fuse_backward_ops
+
+    model = _load_model(args.model)
+    graph = model.graph
+    ours = Counter(n.op_type for n in graph.all_nodes() if n.domain == ascend_grad.DOMAIN)
+    opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(model.opset_imports.items()))
+    print(f"{args.model}: {sum(1 for _ in graph.all_nodes())} nodes, {len(graph.inputs)} inputs, "
+          f"{len(graph.outputs)} outputs, {len(graph.initializers)} initializers; opsets: {opsets}")
+    held = ", ".join(f"{op} x{n}" for op, n in sorted(ours.items())) or "none"
+    functions = sorted(name for domain, name, _ in model.functions if domain == ascend_grad.DOMAIN)
+    print(f"ascend.grad nodes: {held}" + (f" (function bodies attached: {', '.join(functions)})" if functions else ""))
+    _, report = fuse_backward_ops(model)  # on the loaded copy: the file is not touched
+    fusable = ", ".join(f"{op} x{n}" for op, n in report.counts.items() if n) or "none"
+    print(f"decomposed backward passes the graph pass fuses: {fusable}"
+          + (f" ({report.nodes_before} -> {report.nodes_after} nodes)" if report.counts and any(report.counts.values()) else ""))
+    for where, why in report.refused.items():
+        print(f"recognised but left alone: {where}: {why}")
+    return 0
+
+
+BENCHMARKS = {
+    "kernels": "the fused kernels vs ATen, torch.compile, the decomposed graph and the memory floor",
+    "training_step": "a whole training step of a bundled graph, original vs fused",
+    "graph_pass": "the graph pass's time by graph size",
+    "chart": "the kernel benchmark as a PNG chart",
+}
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run one of the benchmarks of ascend_grad.bench (its own options follow its name)."""
+    import importlib
+
+    module = importlib.import_module(f"ascend_grad.bench.{args.benchmark}")
+    return module.main(args.options)
+
+
 def _write_report(path: str | None, result: dict) -> None:
     if path:
         with open(path, "w") as f:
@@ -127,6 +175,33 @@ def build_parser() -> argparse.ArgumentParser:
                       help="run IN and OUT in onnxruntime (OUT with the kernel library) on random inputs and compare every output")
     fuse.add_argument("--report", metavar="FILE.json", help="write what was fused, and why anything was left alone")
     fuse.set_defaults(run=cmd_fuse)
+
+    demo = commands.add_parser(
+        "demo", help="the main job on the bundled training graphs: fuse, verify, time a training step both ways",
+        description="Fuse the bundled training graphs (a diffusion-UNet ResBlock Conv->GroupNorm->SiLU->Conv with "
+        "batch 8, a SiLU MLP and a Mish MLP), show what was fused, check every output of the fused graphs "
+        "against the unfused ones in onnxruntime, time a training step both ways and write the fused models.",
+    )
+    demo.add_argument("-o", "--out", default="ascend-grad-demo", metavar="DIR",
+                      help="where to write the fused models and report.json (default: %(default)s)")
+    demo.add_argument("--threads", type=int, help="onnxruntime intra-op threads for the timing (default: all cores)")
+    demo.add_argument("--seconds", type=float, default=3.0, help="time spent timing the training step (default: %(default)s)")
+    demo.add_argument("--graphs", nargs="+", metavar="NAME", help="bundled graphs to use instead of the default three")
+    demo.set_defaults(run=cmd_demo)
+
+    info = commands.add_parser("info", help="which of the fusable patterns a model contains, and which ascend.grad ops it holds")
+    info.add_argument("model", metavar="MODEL.onnx")
+    info.set_defaults(run=cmd_info)
+
+    bench = commands.add_parser(
+        "bench", help="run a benchmark (kernels, training_step, graph_pass, chart)",
+        description="Run a benchmark; the options after its name are its own (ascend-grad bench kernels --help).\n"
+        + "\n".join(f"  {name:14s} {text}" for name, text in BENCHMARKS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument("benchmark", nargs="?", default="kernels", choices=list(BENCHMARKS))
+    bench.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's own options")
+    bench.set_defaults(run=cmd_bench)
     return parser
 
 
@@ -139,6 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, CannotVerify, OSError) as error:  # bad input: one line, no traceback
         print(f"ascend-grad: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("ascend-grad: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # a bug of ours: one line, the traceback on request
+        if os.environ.get("ASCEND_GRAD_DEBUG"):
+            raise
+        print(f"ascend-grad: internal error: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} "
+              "(ASCEND_GRAD_DEBUG=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
