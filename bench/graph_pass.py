@@ -1,8 +1,8 @@
 """How long the graph pass takes, by graph size: `python -m ascend_grad.bench.graph_pass`.
 
 Three graphs, each at about 1k, 10k and 100k nodes:
-  resblock_tiled    copies of the bundled training graph resblock.aot.opt side by side (89 nodes
-                    and one GroupNorm+SiLU backward each; 7 graph outputs each);
+  resblock_tiled    copies of the bundled training graph resblock.aot.opt side by side (one
+                    GroupNorm+SiLU backward and 7 graph outputs each);
   silu_blocks       SiLU backwards as torch spells them, each with 4 unrelated nodes after it
                     (10 nodes per block, every block fused);
   random_arithmetic sigmoid/tanh/softplus and + - * wired at random to recent values: everything
@@ -102,7 +102,14 @@ def tiled(name: str, copies: int) -> onnx.ModelProto:
     return tiled_model
 
 
-GRAPHS = {"resblock_tiled": lambda n: tiled("resblock.aot.opt", max(1, round(n / 89))), "silu_blocks": lambda n: silu_blocks(n // 10), "random_arithmetic": random_arithmetic}
+def tiled_to(name: str, nodes: int) -> onnx.ModelProto:
+    """As many copies of a bundled graph as make about `nodes` nodes."""
+    from ascend_grad.models import graph_path
+
+    return tiled(name, max(1, round(nodes / len(onnx.load(graph_path(name)).graph.node))))
+
+
+GRAPHS = {"resblock_tiled": lambda n: tiled_to("resblock.aot.opt", n), "silu_blocks": lambda n: silu_blocks(n // 10), "random_arithmetic": random_arithmetic}
 
 
 def run(sizes=(1_000, 10_000, 100_000), out=sys.stdout) -> list[tuple[str, int, float, int]]:

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from ascend_grad import cli
+from ascend_grad.graph_passes import fuse_backward_ops
 from ascend_grad.models import graph_path
 
 
@@ -121,7 +122,8 @@ def test_info_before_and_after_fusing(tmp_path):
     done = ascend_grad("info", source)
     assert done.returncode == 0, done.stderr
     assert "ascend.grad nodes: none" in done.stdout
-    assert "the graph pass fuses: GroupNormSwishGrad x1 (89 -> 38 nodes)" in done.stdout
+    _, report = fuse_backward_ops(onnx.load(source))
+    assert f"the graph pass fuses: GroupNormSwishGrad x1 ({report.nodes_before} -> {report.nodes_after} nodes)" in done.stdout
     fused = tmp_path / "fused.onnx"
     assert ascend_grad("fuse", source, "-o", fused).returncode == 0
     done = ascend_grad("info", fused)

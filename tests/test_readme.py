@@ -1,0 +1,29 @@
+"""The README's worked example runs as written (from a PyTorch module to a fused graph in onnxruntime)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_worked_example_runs(tmp_path):
+    pytest.importorskip("torch")
+    section = README.read_text().split("## From a PyTorch module to a fused training graph", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = re.search(r"\{'GroupNormSwishGrad': 1, 'MishBackward': 0, 'SiluBackward': 0\} (\d+) -> (\d+) nodes", done.stdout)
+    assert printed and f"{printed[0]}" in section, "the README quotes what the example prints"
+    assert "gradients match PyTorch" in done.stdout
+
+
+def test_set_up_commands_are_the_ci_command():
+    text = README.read_text()
+    blocks = re.findall(r"```\n(python3 -m venv .*?)\n```", text)
+    assert len(blocks) == 2 and blocks[0].endswith("ascend-grad demo")
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert blocks[1] in ci.splitlines()
