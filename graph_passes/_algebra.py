@@ -218,3 +218,32 @@ def cofactors(poly: Poly, atoms: list[int]) -> dict[tuple[int, ...], Poly]:
         rest = tuple(sorted(powers.items()))
         groups[key] = groups.get(key, Poly()) + Poly({rest: c})
     return groups
+
+
+def divide(p: Poly, q: Poly, first: list[int]) -> Poly | None:
+    """p / q if q divides p exactly, else None: long division by leading terms in the lexicographic
+    order that ranks the atoms `first` highest (for one divisor, a zero remainder is exactly
+    divisibility). Coefficients that cancel to within 1e-12 of the largest count as zero."""
+    atoms = list(first) + sorted((p.atoms() | q.atoms()) - set(first))
+
+    def key(monomial: Monomial) -> tuple[int, ...]:
+        powers = dict(monomial)
+        return tuple(powers.get(a, 0) for a in atoms)
+
+    tiny = 1e-12 * max((abs(c) for c in p.values()), default=0.0)
+    lead = max(q, key=key)
+    quotient, rest = Poly(), Poly(p)
+    for _ in range(4 * MAX_TERMS):
+        rest = Poly({m: c for m, c in rest.items() if abs(c) > tiny})
+        if not rest:
+            return quotient
+        top = max(rest, key=key)
+        powers = dict(top)
+        for a, k in lead:
+            powers[a] = powers.get(a, 0) - k
+            if powers[a] < 0:
+                return None  # the leading term is not a multiple of q's: no exact quotient
+        term = Poly({tuple(sorted((a, k) for a, k in powers.items() if k)): rest[top] / q[lead]})
+        quotient = quotient + term
+        rest = rest + (term * q).scale(-1.0)
+    return None

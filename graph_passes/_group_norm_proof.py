@@ -214,11 +214,16 @@ def prove(g: ir.Value, swish: Activation) -> GroupNormBackward:
 
     # g's three uses: g * x (for ds), g grouped by channel (for db), g grouped by (group, channel)
     ds = db = g4 = None
+    # (for x of rank 3, (N, C, HxW) already, the exporter reduces g and g * x without a Reshape)
     for node in users_through_casts(g):
         if node.op_type == "Mul" and any(strip(v) is x for v in node.inputs):
             for user in users(node.outputs[0]):
                 if user.op_type == "Reshape":
                     ds = _channel_sum(user, "g * x")
+                elif rank == 3 and _sums_hw(user):
+                    ds = user.outputs[0]
+        elif rank == 3 and _sums_hw(node):
+            db = node.outputs[0]
         elif node.op_type == "Reshape":
             shape = reshape_dims(node)
             if shape is not None and len(shape) == 3:
@@ -258,9 +263,14 @@ def _channel_sum(reshape: ir.Node, what: str) -> ir.Value | None:
     if shape is None or len(shape) != 3:
         return None
     for user in users(reshape.outputs[0]):
-        if user.op_type == "ReduceSum" and axes_of(user, 3) == [2] and user.attributes.get_int("keepdims", 1) == 0:
+        if _sums_hw(user):
             return user.outputs[0]
     return None
+
+
+def _sums_hw(node: ir.Node) -> bool:
+    """ReduceSum of an (N, C, HxW) tensor over HxW, dropping that axis."""
+    return node.op_type == "ReduceSum" and axes_of(node, 3) == [2] and node.attributes.get_int("keepdims", 1) == 0
 
 
 def _dx_root(g4: ir.Value) -> tuple[ir.Value, ir.Value]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig, cofactors, sigmoid_argument, tanh_softplus_argument
+from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig, cofactors, divide, sigmoid_argument, tanh_softplus_argument
 from ascend_grad.graph_passes._graph import producer, scalar, strip
 
 # the last node of a gradient: dy * f'(x) or its terms summed (a - b for the Mish product rule)
@@ -78,51 +78,76 @@ def _same_poly(a: Poly, b: Poly) -> bool:
     return a.keys() == b.keys() and all(_close(a[m], b[m]) for m in a)
 
 
+def _swish_form(root: ir.Value, z: ir.Value, argument: ir.Value, b: float) -> Activation | str | None:
+    """The swish backward in atoms z and s = sigmoid(argument), or None if the polynomial is not
+    that form (a string: why it cannot be one at all)."""
+    algebra = Algebra(stop=[z, argument])
+    try:
+        poly = algebra.poly(root)
+    except TooBig as error:
+        return f"not a small polynomial ({error})"
+    s, zi = algebra.atom("sigmoid", argument), algebra.atom("value", z)
+    groups = cofactors(poly, [s, zi])
+    if set(groups) == {(1, 0), (1, 1), (2, 1)}:  # D s + b D z s - b D z s^2, D free of s and z
+        D = groups[(1, 0)]
+        if not (_same_poly(groups[(1, 1)], D.scale(b)) and _same_poly(groups[(2, 1)], D.scale(-b))):
+            return None
+    else:  # D may hold s and z too (a loss right after the activation: dy = 2 y / n): divide
+        S, Z = Poly.atom(s), Poly.atom(zi)
+        D = divide(poly, S * (Poly.constant(1.0) + Z.scale(b) + (Z * S).scale(-b)), [s, zi])
+        if D is None:
+            return None
+    return _activation(algebra, D, z, b)
+
+
+def _activation(algebra: Algebra, D: Poly, x: ir.Value, b: float = 1.0) -> Activation | str | None:
+    """Activation(dy, x) with dy the graph's value computing D, the gradient's cofactor."""
+    if not D.atoms():
+        return None  # a constant D is a part of a gradient, not the whole
+    dy = algebra.value_computing(D)
+    if dy is None:
+        return "the incoming gradient is not one tensor of the graph"
+    return Activation(dy, x, b)
+
+
 def match_swish_backward(root: ir.Value) -> Activation | str:
     """The swish backward computing `root`, or why `root` is not one."""
     arguments = arguments_near(root, sigmoid_argument)
     if not arguments:
         return "no sigmoid feeds this value"
-    reason = "not the swish gradient dy * (s + b z s (1 - s))"
     for argument in arguments:
         z, b = linear_in(argument)
-        algebra = Algebra(stop=[z, argument])
-        try:
-            poly = algebra.poly(root)
-        except TooBig as error:
-            return f"not a small polynomial ({error})"
-        s, zi = algebra.atom("sigmoid", argument), algebra.atom("value", z)
-        groups = cofactors(poly, [s, zi])
-        if set(groups) != {(1, 0), (1, 1), (2, 1)}:
-            continue
-        D = groups[(1, 0)]
-        if not D.atoms() or not (_same_poly(groups[(1, 1)], D.scale(b)) and _same_poly(groups[(2, 1)], D.scale(-b))):
-            continue  # (a constant D is a part of a gradient, not the whole)
-        dy = algebra.value_computing(D)
-        if dy is None:
-            return "the incoming gradient is not one tensor of the graph"
-        return Activation(dy, z, b)
-    return reason
+        found = _swish_form(root, z, argument, b)
+        if found is not None:
+            return found
+    return "not the swish gradient dy * (s + b z s (1 - s))"
+
+
+def _mish_form(root: ir.Value, x: ir.Value) -> Activation | str | None:
+    """dx = dy * (t + x s - x s t^2) in atoms t = tanh(softplus(x)), s = sigmoid(x) and x."""
+    algebra = Algebra(stop=[x])
+    try:
+        poly = algebra.poly(root)
+    except TooBig as error:
+        return f"not a small polynomial ({error})"
+    t, xi, s = algebra.atom("tanh_softplus", x), algebra.atom("value", x), algebra.atom("sigmoid", x)
+    groups = cofactors(poly, [t, s, xi])
+    if set(groups) == {(1, 0, 0), (0, 1, 1), (2, 1, 1)}:
+        D = groups[(1, 0, 0)]
+        if not (_same_poly(groups[(0, 1, 1)], D) and _same_poly(groups[(2, 1, 1)], D.scale(-1.0))):
+            return None
+    else:  # dy computed from the activation itself: divide
+        T, S, X = Poly.atom(t), Poly.atom(s), Poly.atom(xi)
+        D = divide(poly, T + X * S + (X * S * T * T).scale(-1.0), [t, s, xi])
+        if D is None:
+            return None
+    return _activation(algebra, D, x)
 
 
 def match_mish_backward(root: ir.Value) -> Activation | str:
-    """dx = dy * (t + x s - x s t^2), t = tanh(softplus(x)), s = sigmoid(x)."""
+    """The Mish backward computing `root`, or why `root` is not one."""
     for x in arguments_near(root, tanh_softplus_argument):
-        algebra = Algebra(stop=[x])
-        try:
-            poly = algebra.poly(root)
-        except TooBig as error:
-            return f"not a small polynomial ({error})"
-        t, xi = algebra.atom("tanh_softplus", x), algebra.atom("value", x)
-        s = algebra.atom("sigmoid", x)
-        groups = cofactors(poly, [t, s, xi])
-        if set(groups) != {(1, 0, 0), (0, 1, 1), (2, 1, 1)}:
-            continue
-        D = groups[(1, 0, 0)]
-        if not D.atoms() or not (_same_poly(groups[(0, 1, 1)], D) and _same_poly(groups[(2, 1, 1)], D.scale(-1.0))):
-            continue
-        dy = algebra.value_computing(D)
-        if dy is None:
-            return "the incoming gradient is not one tensor of the graph"
-        return Activation(dy, x)
+        found = _mish_form(root, x)
+        if found is not None:
+            return found
     return "not the Mish gradient dy * (t + x s (1 - t^2))"
