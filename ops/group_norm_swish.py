@@ -35,29 +35,41 @@ def GroupNormSwish(
     )
     group_axes = op.Concat(channel_axis, spatial_axis, axis=0)
 
-    X = op.Reshape(op.Cast(x, to=FLOAT.dtype), view)
-    gam = op.Reshape(op.Cast(gamma, to=FLOAT.dtype), param_view)
-    bet = op.Reshape(op.Cast(beta, to=FLOAT.dtype), param_view)
+    # (allowzero: a dim 0 of x, as N = 0 or HxW = 0, is a 0 in the view, not "keep the input's dim")
+    X = op.Reshape(op.Cast(x, to=FLOAT.dtype), view, allowzero=1)
+    gam = op.Reshape(op.Cast(gamma, to=FLOAT.dtype), param_view, allowzero=1)
+    bet = op.Reshape(op.Cast(beta, to=FLOAT.dtype), param_view, allowzero=1)
+    # Each full-size op is one pass over memory: whatever depends only on (n, group) or (n, c) is
+    # folded into small per-(n, c) coefficients, shaped (N, G, C/G, 1), or (N, 1, G, C/G) for NHWC,
+    # so that they broadcast over the spatial positions only (an (N, 1, G, 1) operand makes
+    # onnxruntime loop over spans of C/G elements).
     # Two passes (mean, then the centred sum of squares): no cancellation when |mean| >> std. The
-    # mean is summed in double and kept as float hi + lo, so x - mean = (x - hi) - lo keeps its
-    # digits when a group's values nearly agree.
+    # mean is summed in double (onnxruntime's float ReduceSum can lose 1e-3 of a long sum) and
+    # kept as float hi + lo, so x - mean = (x - hi) - lo keeps its digits when a group's values
+    # nearly agree.
     mu64 = op.ReduceSum(op.Cast(X, to=DOUBLE.dtype), group_axes, keepdims=1) / op.Cast(M, to=DOUBLE.dtype)
     mu = op.Cast(mu64, to=FLOAT.dtype)
-    centred = (X - mu) - op.Cast(mu64 - op.Cast(mu, to=DOUBLE.dtype), to=FLOAT.dtype)
+    lo = op.Cast(mu64 - op.Cast(mu, to=DOUBLE.dtype), to=FLOAT.dtype)
+    per_nc = op.Shape(mu * gam)
+    centred = (X - op.Expand(mu, per_nc)) - op.Expand(lo, per_nc)
     var = op.ReduceSum(centred * centred, group_axes, keepdims=1) / M
     r = op.Reciprocal(op.Sqrt(var + op.Constant(value_float=eps)))
-    z = centred * r * gam + bet
+    rg = op.Expand(r, per_nc) * gam
+    z = centred * rg + bet
+    # y = z sigmoid(b z) = z / (1 + exp(-b z)): relatively exact on both tails; below b z = -88.7
+    # the exp overflows to inf and y to 0, no NaN. Without swish, -b z is replaced by -inf (the
+    # coefficients of centred are 0 and -inf), so y = z / 1 exactly: no Where at full size, which
+    # onnxruntime runs 20x slower than an arithmetic op.
     swish_on = op.Cast(op.Constant(value_int=activate_swish), to=BOOL.dtype)
-    # sigmoid(b z) from exp(-|b z|), relatively exact on both tails (as in SiluBackward)
-    bz = op.Constant(value_float=swish_scale) * z
-    e = op.Exp(op.Neg(op.Abs(bz)))
-    unit = op.Constant(value_float=1.0)
-    q = unit / (unit + e)
-    Z = op.Where(swish_on, z * op.Where(bz < op.Constant(value_float=0.0), e * q, q), z)
+    neg_scale = op.Neg(op.Constant(value_float=swish_scale))
+    nbz_slope = op.Where(swish_on, neg_scale * rg, op.Constant(value_float=0.0))
+    nbz_offset = op.Where(swish_on, neg_scale * bet, op.Constant(value_float=float("-inf")))
+    nbz = centred * nbz_slope + nbz_offset  # -b z
+    Z = z / (op.Constant(value_float=1.0) + op.Exp(nbz))
 
-    y = op.CastLike(op.Reshape(Z, op.Shape(x)), x)
-    mean = op.CastLike(op.Reshape(mu, stat_shape), gamma)
-    rstd = op.CastLike(op.Reshape(r, stat_shape), gamma)
+    y = op.CastLike(op.Reshape(Z, op.Shape(x), allowzero=1), x)
+    mean = op.CastLike(op.Reshape(mu, stat_shape, allowzero=1), gamma)
+    rstd = op.CastLike(op.Reshape(r, stat_shape, allowzero=1), gamma)
     return y, mean, rstd
 
 

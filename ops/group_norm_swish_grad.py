@@ -48,40 +48,54 @@ def GroupNormSwishGrad(
         x, num_groups=num_groups, data_format=data_format
     )
 
-    # Everything in float; mean and rstd keep their own precision (never rounded to T).
-    X = op.Reshape(op.Cast(x, to=FLOAT.dtype), view)
-    dY = op.Reshape(op.Cast(dy, to=FLOAT.dtype), view)
-    mu = op.Reshape(op.Cast(mean, to=FLOAT.dtype), stat_view)
-    r = op.Reshape(op.Cast(rstd, to=FLOAT.dtype), stat_view)
-    gam = op.Reshape(op.Cast(gamma, to=FLOAT.dtype), param_view)
-    bet = op.Reshape(op.Cast(beta, to=FLOAT.dtype), param_view)
-    scale = op.Constant(value_float=swish_scale)
+    # Everything in float; mean and rstd keep their own precision (never rounded to T). A Cast to
+    # float of a float input is removed by onnxruntime's optimizer. (allowzero: a dim 0 of x, as
+    # N = 0 or HxW = 0, is a 0 in the view, not "keep the input's dim".)
+    X = op.Reshape(op.Cast(x, to=FLOAT.dtype), view, allowzero=1)
+    dY = op.Reshape(op.Cast(dy, to=FLOAT.dtype), view, allowzero=1)
+    mu = op.Reshape(op.Cast(mean, to=FLOAT.dtype), stat_view, allowzero=1)
+    r = op.Reshape(op.Cast(rstd, to=FLOAT.dtype), stat_view, allowzero=1)
+    gam = op.Reshape(op.Cast(gamma, to=FLOAT.dtype), param_view, allowzero=1)
+    bet = op.Reshape(op.Cast(beta, to=FLOAT.dtype), param_view, allowzero=1)
+    neg_scale = op.Neg(op.Constant(value_float=swish_scale))
     unit = op.Constant(value_float=1.0)
 
-    # 1. recompute the forward and take the swish gradient
-    xhat = (X - mu) * r
-    z = xhat * gam + bet
-    # sigmoid(b z) from exp(-|b z|), relatively exact on both tails (as in SiluBackward)
-    bz = scale * z
-    e = op.Exp(op.Neg(op.Abs(bz)))
-    q = unit / (unit + e)
-    s = op.Where(bz < op.Constant(value_float=0.0), e * q, q)
-    g = dY * s * (unit + scale * z * (unit - s))
-    # 2. per-(n, c) partial sums over the spatial positions
-    db_nc = op.ReduceSum(g, spatial_axis, keepdims=1)
-    ds_nc = op.ReduceSum(g * xhat, spatial_axis, keepdims=1)
-    # 3. per-(n, group) coefficients, then dx
-    c1 = op.ReduceSum(gam * db_nc, channel_axis, keepdims=1) / M
-    c2 = op.ReduceSum(gam * ds_nc, channel_axis, keepdims=1) / M
-    dX = r * (g * gam - c1 - xhat * c2)
-    # 4. parameter gradients: sums over n; zeros when not required
+    # Each full-size op is one pass over memory, so the work is arranged to need few of them:
+    # whatever depends only on (n, group) or (n, c) is folded into small per-(n, c) coefficients,
+    # shaped (N, G, C/G, 1), or (N, 1, G, C/G) for NHWC, so that they broadcast over the spatial
+    # positions only (an (N, 1, G, 1) operand makes onnxruntime loop over spans of C/G elements).
+    # (BatchNormalization would do xc * a + b in one pass, not two, but only for NCHW, and
+    # onnxruntime runs it on one thread: slower than Mul and Add from two threads on.)
+    per_nc = op.Shape(r * gam)
+    rg = op.Expand(r, per_nc) * gam  # d (xhat gamma) / d x
+    # 1. recompute the forward from the centred x (exact subtraction, so no cancellation when
+    #    |mean| >> std); only -b z is needed: g below is written in it.
+    xc = X - op.Expand(mu, per_nc)
+    nbz = xc * (neg_scale * rg) + neg_scale * bet  # -b z = -b (xhat gamma + beta)
+    # sigmoid(b z) = 1 / (1 + exp(-b z)): relatively exact on both tails. Below b z = -88.7 the exp
+    # overflows to inf and s to 0 (the true s is under 1.2e-38 there): no NaN. No Where, which
+    # onnxruntime runs 20x slower than an arithmetic op.
+    s = op.Reciprocal(unit + op.Exp(nbz))
+    g = dY * (s * (unit - nbz * (unit - s)))  # dy s (1 + b z (1 - s))
+    # 2. per-(n, c) sums over the spatial positions: sum g and sum g xhat = rstd * sum g (x - mean)
+    #    (a sum over nothing, HxW = 0, stays 0 even where rstd is NaN, as sum g xhat does)
     zero = op.Constant(value_float=0.0)
+    db_nc = op.ReduceSum(g, spatial_axis, keepdims=1)
+    ds_nc = op.Where(M > zero, r, zero) * op.ReduceSum(g * xc, spatial_axis, keepdims=1)
+    # 3. per (n, group), rstd times c1 = mean(g gamma) and c2 = mean(g gamma xhat); then
+    #    dx = rstd (g gamma - c1 - xhat c2) = g (rstd gamma) - xc (rstd rstd c2) - rstd c1.
+    #    rstd c1 sums the products (rstd gamma) g of the first term, so a group of one element
+    #    gives exactly 0, as the formula does.
+    rc1 = op.ReduceSum(rg * db_nc, channel_axis, keepdims=1) / M
+    rc2 = op.ReduceSum(rg * ds_nc, channel_axis, keepdims=1) / M
+    dX = g * rg - (xc * op.Expand(r * rc2, per_nc) + op.Expand(rc1, per_nc))
+    # 4. parameter gradients: sums over n; zeros when not required
     batch_axis = op.Constant(value_ints=[0])
-    dgamma_c = op.Reshape(op.ReduceSum(ds_nc, batch_axis, keepdims=1), C)
-    dbeta_c = op.Reshape(op.ReduceSum(db_nc, batch_axis, keepdims=1), C)
+    dgamma_c = op.Reshape(op.ReduceSum(ds_nc, batch_axis, keepdims=1), C, allowzero=1)
+    dbeta_c = op.Reshape(op.ReduceSum(db_nc, batch_axis, keepdims=1), C, allowzero=1)
     dgamma_on = op.Cast(op.Constant(value_int=dgamma_is_require), to=BOOL.dtype)
     dbeta_on = op.Cast(op.Constant(value_int=dbeta_is_require), to=BOOL.dtype)
-    dx = op.CastLike(op.Reshape(dX, op.Shape(x)), dy)
+    dx = op.CastLike(op.Reshape(dX, op.Shape(x), allowzero=1), dy)
     dgamma = op.CastLike(op.Where(dgamma_on, dgamma_c, zero), gamma)
     dbeta = op.CastLike(op.Where(dbeta_on, dbeta_c, zero), beta)
     return dx, dgamma, dbeta
