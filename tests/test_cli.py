@@ -164,6 +164,55 @@ def test_model_with_external_data(tmp_path):
     assert [n.op_type for n in fused.graph.node].count("SiluBackward") == 1
 
 
+def test_model_with_every_tensor_external(tmp_path):
+    """size_threshold=0 puts even an Unsqueeze's axes in the side file, which onnxruntime's shape
+    inference cannot read from there: --verify still runs both graphs (data loaded in memory)."""
+    model = onnx.load(graph_path("resblock.aot.opt"))
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0)
+    done = ascend_grad("fuse", tmp_path / "m.onnx", "-o", tmp_path / "f.onnx", "--verify")
+    assert done.returncode == 0, done.stderr
+    assert "GroupNormSwishGrad x1" in done.stdout and "verified 7 outputs" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["info", "fuse"])
+def test_missing_or_short_external_data(tmp_path, command):
+    """A side file that is gone or cut short is bad input, not a graph with nothing to fuse."""
+    model = onnx.load(graph_path("silu_mlp.aot.opt"))
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=256)
+    args = [command, tmp_path / "m.onnx"] + (["-o", tmp_path / "f.onnx"] if command == "fuse" else [])
+    data = tmp_path / "m.data"
+    size = data.stat().st_size
+    with open(data, "r+b") as file:
+        file.truncate(size // 2)
+    _one_line_error(ascend_grad(*args), "m.data", f"{size // 2} bytes", f"need {size}")
+    data.unlink()
+    _one_line_error(ascend_grad(*args), "m.data", "is missing")
+    assert not (tmp_path / "f.onnx").exists()
+
+
+def test_inputs_that_are_not_onnx_models(tmp_path):
+    folder = tmp_path / "folder.onnx"
+    folder.mkdir()
+    _one_line_error(ascend_grad("info", folder), "is a directory")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    _one_line_error(ascend_grad("fuse", empty, "-o", tmp_path / "o.onnx"), "empty file")
+    # two bytes protobuf decodes as a ModelProto with ir_version 7 and nothing else
+    tiny = tmp_path / "tiny.onnx"
+    tiny.write_bytes(b"\x08\x07")
+    _one_line_error(ascend_grad("info", tiny), "not an ONNX model")
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_bad_output_paths(tmp_path):
+    source = graph_path("silu_mlp.aot.opt")
+    _one_line_error(ascend_grad("fuse", source, "-o", tmp_path), "is a directory")
+    _one_line_error(ascend_grad("fuse", source, "-o", tmp_path / "no" / "o.onnx"), "cannot write", "no folder")
+    (tmp_path / "file").write_text("")
+    _one_line_error(ascend_grad("demo", "-o", tmp_path / "file"), "not a folder")
+    _one_line_error(ascend_grad("demo", "-o", tmp_path / "file" / "sub"), "cannot create the output folder")
+
+
 def test_bench_runs_a_benchmark():
     done = ascend_grad("bench", "graph_pass", "--sizes", "300")
     assert done.returncode == 0, done.stderr

@@ -47,22 +47,64 @@ def _load_model(path: str):
     """An ONNX file as an onnx_ir model (weights in external data stay on disk), or a one-line error."""
     import onnx_ir as ir
 
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not an ONNX file")
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
+    if os.path.getsize(path) == 0:
+        raise InputError(f"{path}: not an ONNX model (empty file)")
     try:
-        return ir.load(path)
+        model = ir.load(path)
+    except OSError as error:  # unreadable, or external data that is missing
+        raise InputError(f"{path}: cannot read: {error.strerror or error}"
+                         + (f" ({error.filename})" if error.filename and error.filename != path else "")) from None
     except Exception as error:  # a parse failure: not an ONNX model
         raise InputError(f"{path}: not an ONNX model ({type(error).__name__})") from None
+    # protobuf decodes many short byte strings without complaint; every ONNX model sets ir_version
+    # and imports at least one opset
+    if model.ir_version < 1 or not model.opset_imports:
+        raise InputError(f"{path}: not an ONNX model (ir_version {model.ir_version}, "
+                         f"{len(model.opset_imports)} opset imports)")
+    _check_external_data(path, model)
+    return model
+
+
+def _check_external_data(path: str, model) -> None:
+    """Every external initializer's bytes are on disk: the graph pass reads small constants (eps,
+    shapes, axes) from them, and a missing file would otherwise look like a graph with nothing to fuse."""
+    import onnx_ir as ir
+
+    needed: dict[str, int] = {}
+    for graph in (model.graph, *model.graph.subgraphs()):
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, ir.ExternalTensor):
+                end = (tensor.offset or 0) + (tensor.length if tensor.length is not None else tensor.nbytes)
+                needed[tensor.path] = max(needed.get(tensor.path, 0), end)
+    for file, end in sorted(needed.items()):
+        if not os.path.isfile(file):
+            raise InputError(f"{path}: its external data file {file} is missing")
+        if os.path.getsize(file) < end:
+            raise InputError(f"{path}: its external data file {file} is {os.path.getsize(file)} bytes, "
+                             f"the initializers need {end}")
 
 
 def _save_model(model, path: str) -> None:
     import onnx_ir as ir
 
     external = any(isinstance(t.const_value, ir.ExternalTensor) for t in model.graph.initializers.values())
-    if external:  # keep the weights beside the output, streamed tensor by tensor
-        ir.save(model, path, external_data=os.path.basename(path) + ".data")
-    else:
-        ir.save(model, path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory; give the output file's name")
+    if not os.path.isdir(folder):
+        raise InputError(f"{path}: cannot write: no folder {folder}")
+    try:
+        if external:  # keep the weights beside the output, streamed tensor by tensor
+            ir.save(model, path, external_data=os.path.basename(path) + ".data")
+        else:
+            ir.save(model, path)
+    except OSError as error:
+        raise InputError(f"{path}: cannot write: {error.strerror or error}") from None
 
 
 def cmd_fuse(args: argparse.Namespace) -> int:
@@ -98,6 +140,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Fuse the bundled training graphs, verify them, time a training step both ways."""
     from ascend_grad import demo
 
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise InputError(f"{args.out}: exists and is not a folder; the demo writes a folder of models")
+    try:  # before any work, so a bad -o costs nothing
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as error:
+        raise InputError(f"{args.out}: cannot create the output folder: {error.strerror or error}") from None
+    if not os.access(args.out, os.W_OK):
+        raise InputError(f"{args.out}: the output folder is not writable")
     return demo.run(args.out, args.graphs or demo.GRAPHS, args.threads, args.seconds)
 
 
