@@ -208,6 +208,10 @@ def test_bad_output_paths(tmp_path):
     source = graph_path("silu_mlp.aot.opt")
     _one_line_error(ascend_grad("fuse", source, "-o", tmp_path), "is a directory")
     _one_line_error(ascend_grad("fuse", source, "-o", tmp_path / "no" / "o.onnx"), "cannot write", "no folder")
+    copy = tmp_path / "m.onnx"
+    shutil.copy(source, copy)  # --verify over itself would compare the fused graph with itself
+    _one_line_error(ascend_grad("fuse", copy, "-o", copy, "--verify"), "write OUT to another path")
+    assert copy.read_bytes() == Path(source).read_bytes()
     (tmp_path / "file").write_text("")
     _one_line_error(ascend_grad("demo", "-o", tmp_path / "file"), "not a folder")
     _one_line_error(ascend_grad("demo", "-o", tmp_path / "file" / "sub"), "cannot create the output folder")

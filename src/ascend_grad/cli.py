@@ -112,6 +112,8 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     from ascend_grad.graph_passes import fuse_backward_ops
 
     model = _load_model(args.input)
+    if args.verify and os.path.realpath(args.output) == os.path.realpath(args.input):
+        raise InputError(f"{args.output}: --verify runs IN and OUT side by side; write OUT to another path")
     fused, report = fuse_backward_ops(model)
     _save_model(fused, args.output)
     fused_ops = ", ".join(f"{op} x{n}" for op, n in report.counts.items() if n) or "nothing"
