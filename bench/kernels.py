@@ -18,6 +18,7 @@ again and dx): 5 arrays of T.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from dataclasses import dataclass
@@ -113,10 +114,14 @@ HEADER = ["case", "dtype", "threads", "fused ms", "ATen ms (x fused)", "torch.co
           "floor ms (fused/floor)"]
 
 
+@functools.cache
 def _torch():
+    """torch, or None (said once on stderr: its columns then read n/a)."""
     try:
         import torch
     except ImportError:
+        print('PyTorch is not installed: the PyTorch columns read n/a (pip install "ascend-grad[torch]")',
+              file=sys.stderr)
         return None
     return torch
 
