@@ -248,8 +248,8 @@ def _have_matplotlib() -> bool:
     return matplotlib is not None
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ascend_grad.bench.chart", description=__doc__,
+def main(argv=None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog or "python -m ascend_grad.bench.chart", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results", type=Path, default=None,
                         help=f"the markdown results to chart (default {DEFAULT_RESULTS}, else the installed copy)")

@@ -132,8 +132,9 @@ def run(sizes=(1_000, 10_000, 100_000), out=sys.stdout) -> list[tuple[str, int, 
     return rows
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv=None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog or "python -m ascend_grad.bench.graph_pass", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     run(parser.parse_args(argv).sizes)
     return 0

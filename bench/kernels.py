@@ -205,8 +205,8 @@ def run(threads=(1, 2), dtypes=("float32", "bfloat16", "float16"), compile_too=T
     return rows
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ascend_grad.bench.kernels", description=__doc__,
+def main(argv=None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog or "python -m ascend_grad.bench.kernels", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "float16"], choices=list(DTYPES))

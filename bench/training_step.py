@@ -166,11 +166,11 @@ class _Tee:
             stream.flush()
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str | None = None) -> int:
     import io
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m ascend_grad.bench.training_step", description=__doc__,
+    parser = argparse.ArgumentParser(prog=prog or "python -m ascend_grad.bench.training_step", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--graph", default=GRAPH, help="a bundled graph (default: %(default)s)")

@@ -191,7 +191,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
     module = importlib.import_module(f"ascend_grad.bench.{args.benchmark}")
-    return module.main(args.options)
+    return module.main(args.options, prog=f"ascend-grad bench {args.benchmark}")
 
 
 def _write_report(path: str | None, result: dict) -> None:
@@ -263,6 +263,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.run(args)
+    except BrokenPipeError:  # the reader went away (| head): stop quietly, flush nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (InputError, CannotVerify, OSError) as error:  # bad input: one line, no traceback
         print(f"ascend-grad: error: {error}", file=sys.stderr)
         return 2
