@@ -105,9 +105,14 @@ def test_verify_on_a_graph_stock_onnxruntime_cannot_run(tmp_path):
     assert "SiluBackward x1" in done.stdout and out.is_file()
 
 
-@pytest.mark.parametrize("args", [["fuse"], ["fuse", "a.onnx"], ["fuse", "a.onnx", "-o", "b.onnx", "--target", "gpu"]])
-def test_bad_arguments_exit_2(args):
-    assert ascend_grad(*args).returncode == 2
+@pytest.mark.parametrize("args", [["fuse"], ["fuse", "a.onnx"], ["fuse", "a.onnx", "-o", "b.onnx", "--target", "gpu"],
+                                  ["demo", "--threads", "0"], ["demo", "--threads", "two"], ["demo", "--seconds", "-1"],
+                                  ["demo", "--seconds", "inf"], ["demo", "--graphs", "no_such_graph"]])
+def test_bad_arguments_exit_2(args, tmp_path):
+    done = subprocess.run([shutil.which("ascend-grad", path=str(Path(sys.executable).parent)), *args],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stdout  # refused before any work
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("command", [[], ["ops"], ["fuse"], ["demo"], ["info"], ["bench"], ["bench", "kernels"],

@@ -141,7 +141,13 @@ def cmd_fuse(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """Fuse the bundled training graphs, verify them, time a training step both ways."""
     from ascend_grad import demo
+    from ascend_grad.models import graph_path
 
+    for name in args.graphs or ():  # before any output: a typo costs nothing
+        try:
+            graph_path(name)
+        except FileNotFoundError as error:
+            raise InputError(str(error)) from None
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise InputError(f"{args.out}: exists and is not a folder; the demo writes a folder of models")
     try:  # before any work, so a bad -o costs nothing
@@ -204,6 +210,21 @@ class InputError(ValueError):
     """Bad input to the command line: exit status 2, one line on stderr."""
 
 
+def _positive(kind):
+    """An argparse type: a number of `kind` above zero."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ascend-grad",
@@ -236,8 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("-o", "--out", default="ascend-grad-demo", metavar="DIR",
                       help="where to write the fused models and report.json (default: %(default)s)")
-    demo.add_argument("--threads", type=int, help="onnxruntime intra-op threads for the timing (default: all cores)")
-    demo.add_argument("--seconds", type=float, default=3.0, help="time spent timing the training step (default: %(default)s)")
+    demo.add_argument("--threads", type=_positive(int), help="onnxruntime intra-op threads for the timing (default: all cores)")
+    demo.add_argument("--seconds", type=_positive(float), default=3.0, help="time spent timing the training step (default: %(default)s)")
     demo.add_argument("--graphs", nargs="+", metavar="NAME", help="bundled graphs to use instead of the default three")
     demo.set_defaults(run=cmd_demo)
 
