@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig, cofactors
+from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig
 from ascend_grad.graph_passes._graph import axes_of, dims, producer, scalar, shape_tensor_dims, strip, users, users_through_casts
 from ascend_grad.graph_passes._swish import Activation
 

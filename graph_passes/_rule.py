@@ -15,7 +15,7 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter._basics import MatchResult
 
 from ascend_grad import DOMAIN
-from ascend_grad.graph_passes._graph import clear_memo
+from ascend_grad.graph_passes._graph import clear_memo, is_live
 
 
 @dataclass
@@ -64,6 +64,40 @@ class FusionRule(pattern.RewriteRuleClassBase):
         """Note a fusion (called from rewrite: the graph is about to change, so the memo goes)."""
         clear_memo()
         notes().fused.append({"op": self.op_type, "at": root.name, **details})
+
+
+class ElementwiseGradientRule(FusionRule):
+    """Anchor: the Mul, Add or Sub that computes an elementwise activation's gradient. `find`
+    proves the math behind it (a found gradient with .dy and .x, or the reason it is not one);
+    `refusal` adds the op's own conditions (None: fuse). The fused node reads dy and x cast to the
+    gradient's own dtype, so nothing else in the graph changes (MishBackward promotes mixed dtypes)."""
+
+    def __init__(self, anchor: str):
+        super().__init__(f"{self.op_type} from {anchor}")
+        self.anchor = anchor
+
+    def find(self, root: ir.Value):
+        raise NotImplementedError
+
+    def refusal(self, found, root: ir.Value) -> str | None:
+        return None
+
+    def pattern(self, op, a, b):
+        return getattr(op, self.anchor)(a, b, _outputs=["root"])
+
+    def check(self, context, a, b, root: ir.Value, **_) -> MatchResult:
+        if not is_live(root):
+            return MatchResult().fail("dead")
+        found = self.find(root)
+        if isinstance(found, str):
+            return MatchResult().fail(found)
+        reason = self.refusal(found, root)
+        return self.refuse(found.x, reason) if reason else self.accept(found.x, found)
+
+    def rewrite(self, op, a, b, root: ir.Value, **_):
+        found = self._proof
+        self.record(root, dy=found.dy.name, x=found.x.name)
+        return node_for(op, self.op_type, [cast_to(op, found.dy, root.dtype), cast_to(op, found.x, root.dtype)])
 
 
 def cast_to(op, value: ir.Value, dtype: ir.DataType | None) -> ir.Value:

@@ -9,10 +9,9 @@ any other threshold, or any other formula, stays.
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
 
-from ascend_grad.graph_passes._graph import dims, is_live
-from ascend_grad.graph_passes._rule import FusionRule, cast_to, node_for
+from ascend_grad.graph_passes._graph import dims
+from ascend_grad.graph_passes._rule import ElementwiseGradientRule
 from ascend_grad.graph_passes._swish import ANCHORS, match_mish_backward
 
 OP_TYPE = "MishBackward"
@@ -24,32 +23,17 @@ def _broadcast(a, b):
     return [y if x == 1 else x for x, y in zip(a, b)] if all(x == y or 1 in (x, y) for x, y in zip(a, b)) else None
 
 
-class MishBackwardRule(FusionRule):
+class MishBackwardRule(ElementwiseGradientRule):
     op_type = OP_TYPE
 
-    def __init__(self, anchor: str):
-        super().__init__(f"{OP_TYPE} from {anchor}")
-        self.anchor = anchor
+    def find(self, root: ir.Value):
+        return match_mish_backward(root)
 
-    def pattern(self, op, a, b):
-        return getattr(op, self.anchor)(a, b, _outputs=["root"])
-
-    def check(self, context, a, b, root: ir.Value, **_) -> MatchResult:
-        if not is_live(root):
-            return MatchResult().fail("dead")
-        found = match_mish_backward(root)
-        if isinstance(found, str):
-            return MatchResult().fail(found)
+    def refusal(self, found, root: ir.Value) -> str | None:
         dy, x, out = dims(found.dy), dims(found.x), dims(root)
         if None in (dy, x, out) or None in dy + x + out or _broadcast(dy, x) != out:
-            return self.refuse(found.x, "the gradient's shape is not provably dy and x broadcast")
-        return self.accept(found.x, found)
-
-    def rewrite(self, op, a, b, root: ir.Value, **_):
-        found = self._proof
-        self.record(root, dy=found.dy.name, x=found.x.name)
-        # MishBackward promotes mixed dtypes; cast to the gradient's own dtype so nothing else changes
-        return node_for(op, OP_TYPE, [cast_to(op, found.dy, root.dtype), cast_to(op, found.x, root.dtype)])
+            return "the gradient's shape is not provably dy and x broadcast"
+        return None
 
 
 def rules(present: set[str]) -> list:

@@ -12,41 +12,27 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchResult
 
-from ascend_grad.graph_passes._graph import is_live, same_shape
-from ascend_grad.graph_passes._rule import FusionRule, cast_to, node_for
+from ascend_grad.graph_passes._graph import same_shape
+from ascend_grad.graph_passes._rule import ElementwiseGradientRule, FusionRule, node_for
 from ascend_grad.graph_passes._swish import ANCHORS, SIGMOID_OPS, match_swish_backward
 
 OP_TYPE = "SiluBackward"
 
 
-class SwishBackwardAsSilu(FusionRule):
+class SwishBackwardAsSilu(ElementwiseGradientRule):
     """Anchor: the Mul, Add or Sub that computes the gradient; check: the polynomial proof."""
 
     op_type = OP_TYPE
 
-    def __init__(self, anchor: str):
-        super().__init__(f"{OP_TYPE} from {anchor}")
-        self.anchor = anchor
+    def find(self, root: ir.Value):
+        return match_swish_backward(root)
 
-    def pattern(self, op, a, b):
-        return getattr(op, self.anchor)(a, b, _outputs=["root"])
-
-    def check(self, context, a, b, root: ir.Value, **_) -> MatchResult:
-        if not is_live(root):
-            return MatchResult().fail("dead")
-        found = match_swish_backward(root)
-        if isinstance(found, str):
-            return MatchResult().fail(found)
+    def refusal(self, found, root: ir.Value) -> str | None:
         if found.scale != 1.0:
-            return self.refuse(found.x, f"a swish with scale {found.scale:g} has no SiluBackward form (aclnn's SiLU has none)")
+            return f"a swish with scale {found.scale:g} has no SiluBackward form (aclnn's SiLU has none)"
         if not (same_shape(found.dy, found.x) and same_shape(root, found.x)):
-            return self.refuse(found.x, "dy, x and the gradient do not provably share one shape")
-        return self.accept(found.x, found)
-
-    def rewrite(self, op, a, b, root: ir.Value, **_):
-        found = self._proof
-        self.record(root, dy=found.dy.name, x=found.x.name)
-        return node_for(op, OP_TYPE, [cast_to(op, found.dy, root.dtype), cast_to(op, found.x, root.dtype)])
+            return "dy, x and the gradient do not provably share one shape"
+        return None
 
 
 class QuickGeluGradAsSilu(FusionRule):

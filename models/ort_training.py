@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import warnings
 from pathlib import Path
