@@ -159,14 +159,20 @@ def sigmoid_argument(value: ir.Value) -> ir.Value | None:
         denominator = node.inputs[1]
     else:
         return None
-    add = producer(strip(denominator), "Add")
+    exponent = _exponent_of_one_plus_exp(denominator)
+    neg = producer(exponent, "Neg") if exponent is not None else None
+    return strip(neg.inputs[0]) if neg is not None else None
+
+
+def _exponent_of_one_plus_exp(value: ir.Value) -> ir.Value | None:
+    """e, if value is 1 + exp(e) (either order)."""
+    add = producer(strip(value), "Add")
     if add is None:
         return None
     for one, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
         exp = producer(strip(other), "Exp")
-        neg = producer(strip(exp.inputs[0]), "Neg") if exp is not None else None
-        if scalar(one) == 1.0 and neg is not None:
-            return strip(neg.inputs[0])
+        if scalar(one) == 1.0 and exp is not None:
+            return strip(exp.inputs[0])
     return None
 
 
@@ -184,13 +190,7 @@ def softplus_argument(value: ir.Value) -> ir.Value | None:
     if node.op_type == "Softplus":
         return strip(node.inputs[0])
     if node.op_type == "Log":
-        add = producer(strip(node.inputs[0]), "Add")
-        if add is not None:
-            for one, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-                exp = producer(strip(other), "Exp")
-                if scalar(one) == 1.0 and exp is not None:
-                    return strip(exp.inputs[0])
-        return None
+        return _exponent_of_one_plus_exp(node.inputs[0])
     if node.op_type == "Where":
         greater = producer(strip(node.inputs[0]), "Greater")
         inner = softplus_argument(node.inputs[2])
