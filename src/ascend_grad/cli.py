@@ -55,7 +55,7 @@ def _load_model(path: str):
         raise InputError(f"{path}: not an ONNX model (empty file)")
     try:
         model = ir.load(path)
-    except OSError as error:  # unreadable, or external data that is missing
+    except OSError as error:  # unreadable (permissions); external data is checked below, ir.load leaves it on disk
         raise InputError(f"{path}: cannot read: {error.strerror or error}"
                          + (f" ({error.filename})" if error.filename and error.filename != path else "")) from None
     except Exception as error:  # a parse failure: not an ONNX model
