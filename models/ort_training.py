@@ -2,7 +2,7 @@
 
 onnxruntime-training exists only as `onnxruntime-training-cpu==1.19.2` (its last release, for Python
 up to 3.11), which cannot share an environment with this project's onnx and onnxruntime, so it runs
-in its own virtual environment, made once under build/venvs/ (ascend_grad.testing.venv_python). The route:
+in its own virtual environment, made once under build/venvs/ (ascend_grad.venvs.venv_python). The route:
 
 1. here (PyTorch): `torch.onnx.export(dynamo=False, training=TRAINING)` of the module with the loss
    inside the graph: input `input_0`, output `loss`, the parameters as initializers named as in
@@ -38,8 +38,8 @@ import torch
 from onnx import helper, numpy_helper
 from torch import nn
 
-from ascend_grad.models.routes import WithLoss, _name_interface
-from ascend_grad.testing import venv_python
+from ascend_grad.models.export.interface import WithLoss, rename_interface
+from ascend_grad.venvs import venv_python
 
 SPEC = ["onnxruntime-training-cpu==1.19.2", "onnx==1.16.2", "numpy"]  # onnx 1.17.0 works too
 OPSET = 17  # 18 would export Mish and GroupNormalization ops, which have no gradient in 1.19.2 either
@@ -72,7 +72,7 @@ np.savez(f"{folder}/results.npz", loss=loss, **{n: state.parameters[n].grad for 
 
 
 def training_python() -> Path:
-    """The python of a venv holding only SPEC (made once: see ascend_grad.testing.venv_python)."""
+    """The python of a venv holding only SPEC (made once: see ascend_grad.venvs.venv_python)."""
     return venv_python(*SPEC)
 
 
@@ -96,7 +96,7 @@ def export_forward(module: nn.Module, example_inputs: tuple, loss_fn=None) -> on
                           input_names=[f"input_{k}" for k in range(len(example_inputs))], output_names=["loss"])
     model = onnx.load_from_string(buffer.getvalue())
     # WithLoss prefixes the parameters with "module."
-    model = _name_interface(model, {n: n.removeprefix("module.") for n, _ in wrapped.named_parameters()}, ["loss"])
+    model = rename_interface(model, {n: n.removeprefix("module.") for n, _ in wrapped.named_parameters()}, ["loss"])
     return _drop_identity_casts(model)
 
 
@@ -205,4 +205,4 @@ def joint_graph(module: nn.Module, example_inputs: tuple, loss_fn=None, rewrite:
     graph.initializer.extend(numpy_helper.from_array(p.detach().numpy(), name) for name, p in params.items())
     del graph.output[1:]  # keep loss; the BOOL accumulator outputs go
     graph.output.extend(helper.make_tensor_value_info(f"{name}_grad", onnx.TensorProto.FLOAT, list(p.shape)) for name, p in params.items())
-    return _name_interface(model, {}, ["loss"] + [f"grad.{name}" for name in params])
+    return rename_interface(model, {}, ["loss"] + [f"grad.{name}" for name in params])

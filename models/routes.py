@@ -25,18 +25,9 @@ import onnx
 import torch
 from torch import nn
 
-from ascend_grad.models import translations
+from ascend_grad.models.export import TABLE
+from ascend_grad.models.export.interface import WithLoss, inputs_to_initializers, rename_interface
 from ascend_grad.models.modules import default_loss
-
-
-class WithLoss(nn.Module):
-    def __init__(self, module: nn.Module, loss_fn=None):
-        super().__init__()
-        self.module = module
-        self.loss_fn = loss_fn or default_loss
-
-    def forward(self, *inputs):
-        return (self.loss_fn(self.module(*inputs)),)
 
 
 def _to_onnx(program, args, optimize: bool, dynamic_shapes=None) -> onnx.ModelProto:
@@ -49,35 +40,10 @@ def _to_onnx(program, args, optimize: bool, dynamic_shapes=None) -> onnx.ModelPr
             dynamo=True,
             optimize=optimize,
             dynamic_shapes=dynamic_shapes,
-            custom_translation_table=translations.TABLE,
+            custom_translation_table=TABLE,
             verbose=False,
         )
     return exported.model_proto
-
-
-def _name_interface(model: onnx.ModelProto, inputs: dict[str, str], outputs: list[str]) -> onnx.ModelProto:
-    """Rename graph inputs (old -> new) and the outputs (in order) everywhere they are used."""
-    renames = dict(inputs)
-    renames.update({o.name: new for o, new in zip(model.graph.output, outputs)})
-    # a renamed output may also feed nodes, or be a graph input passed straight through
-    for node in model.graph.node:
-        node.input[:] = [renames.get(v, v) for v in node.input]
-        node.output[:] = [renames.get(v, v) for v in node.output]
-    for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
-        value.name = renames.get(value.name, value.name)
-    for tensor in model.graph.initializer:
-        tensor.name = renames.get(tensor.name, tensor.name)
-    return model
-
-
-def _inputs_to_initializers(model: onnx.ModelProto, values: dict[str, torch.Tensor]) -> onnx.ModelProto:
-    """Make the named graph inputs initializers holding `values` (the module's parameters)."""
-    kept = [i for i in model.graph.input if i.name not in values]
-    for name, tensor in values.items():
-        model.graph.initializer.append(onnx.numpy_helper.from_array(tensor.detach().cpu().numpy(), name))
-    del model.graph.input[:]
-    model.graph.input.extend(kept)
-    return model
 
 
 def aot_joint(module: nn.Module, example_inputs: tuple, optimize: bool = True, loss_fn=None) -> onnx.ModelProto:
@@ -99,8 +65,8 @@ def _interface(model, param_names, n_inputs, graded, params) -> onnx.ModelProto:
     renames = {old: name.removeprefix("module.") for old, name in zip(graph_inputs, param_names)}
     renames.update({old: f"input_{k}" for k, old in enumerate(graph_inputs[len(param_names) :])})
     outputs = ["loss"] + [f"grad.{name.removeprefix('module.')}" for name in graded]
-    model = _name_interface(model, renames, outputs)
-    return _inputs_to_initializers(model, {n.removeprefix("module."): p for n, p in params.items()})
+    model = rename_interface(model, renames, outputs)
+    return inputs_to_initializers(model, {n.removeprefix("module."): p for n, p in params.items()})
 
 
 def export_joint(
@@ -160,7 +126,7 @@ def compile_backward(module: nn.Module, example_inputs: tuple, optimize: bool = 
     program = torch.export.export(Backward(), examples)
     model = _to_onnx(program, examples, optimize)
     outputs = [f"grad.{name}" for name in params]
-    return _name_interface(model, {}, outputs)
+    return rename_interface(model, {}, outputs)
 
 
 def _example_for(placeholder) -> torch.Tensor:

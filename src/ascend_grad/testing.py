@@ -165,22 +165,3 @@ def assert_close(out: np.ndarray, ref: np.ndarray, what: str = "output", toleran
             f"{what} ({out.dtype}): relative error {relative_error(out64, ref):.3g} > {bound:g}; "
             f"worst at {tuple(int(k) for k in i)}: got {out64[i]!r}, reference {ref[i]!r}"
         )
-
-
-def venv_python(spec: str, *extra: str, root=None):
-    """The python of a virtual environment holding only `spec` (and `extra` packages), made once under
-    `root`, else $ASCEND_GRAD_VENVS, else build/venvs/ of the current directory (the repository
-    root): a second onnxruntime, say, beside this one."""
-    import os
-    import re
-    import subprocess
-    import venv
-    from pathlib import Path
-
-    folder = Path(root or os.environ.get("ASCEND_GRAD_VENVS") or Path.cwd() / "build" / "venvs") / re.sub(r"[^A-Za-z0-9.]+", "-", " ".join((spec, *extra)))
-    python = folder / "bin" / "python"
-    if not (folder / "ready").exists():
-        venv.create(folder, with_pip=True, clear=True)
-        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec, *extra], check=True)
-        (folder / "ready").touch()
-    return python

@@ -13,7 +13,8 @@ import pytest
 from ascend_grad import DOMAIN, runtime_ext
 from ascend_grad.graph_passes import fuse_backward_ops
 from ascend_grad.models import GRAPHS, graph_path
-from ascend_grad.testing import run_kernels, run_onnxruntime, venv_python
+from ascend_grad.testing import run_kernels, run_onnxruntime
+from ascend_grad.venvs import venv_python
 from ascend_grad.verify import bound_for, random_feeds
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,7 +18,8 @@ import onnx
 import pytest
 
 from ascend_grad.models import GRAPHS, graph_path
-from ascend_grad.testing import assert_close, run_onnxruntime, venv_python
+from ascend_grad.testing import assert_close, run_onnxruntime
+from ascend_grad.venvs import venv_python
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = json.loads((GRAPHS / "manifest.json").read_text())

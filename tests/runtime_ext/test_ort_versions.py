@@ -24,8 +24,8 @@ from ascend_grad.testing import (
     group_norm_feeds,
     random_array,
     run_onnxruntime,
-    venv_python,
 )
+from ascend_grad.venvs import venv_python
 
 REPO = Path(__file__).resolve().parents[2]
 VENVS = REPO / "build" / "venvs"
