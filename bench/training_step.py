@@ -20,11 +20,8 @@ the kernels is checked against the original's (max |diff| / max |ref| <= 1e-4); 
 from __future__ import annotations
 
 import argparse
-import datetime
 import functools
 import json
-import platform
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +30,7 @@ import numpy as np
 import onnx
 
 from ascend_grad.bench.kernels import _ort_runner, _torch, median_ms
+from ascend_grad.bench.report import machine, write_section
 from ascend_grad.models import GRAPHS, graph_path
 from ascend_grad.testing import relative_error, run_onnxruntime
 
@@ -133,24 +131,9 @@ def run(threads=(1, 2), graph: str = GRAPH, out=sys.stdout) -> list[Row]:
 
 
 def _write(results: Path, argv: list[str], table: str) -> None:
-    import onnxruntime as ort
-
-    torch = _torch()
-    cpu = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
-    section = (
-        f"{SECTION}\n\nCommand: `{' '.join(['python -m ascend_grad.bench.training_step', *argv])}`\n\n"
-        f"Machine: {cpu.group(1) if cpu else platform.processor()}, Python {platform.python_version()}, "
-        f"onnxruntime {ort.__version__}, torch {torch.__version__ if torch else 'absent'}; {datetime.date.today()}.\n\n"
-        f"Medians in ms of one session.run / training step; see the module's docstring for the columns.\n\n{table.strip()}\n"
-    )
-    text = results.read_text() if results.exists() else ""
-    start = text.find(SECTION + "\n")
-    if start < 0:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end:] if end >= 0 else "")
-    results.write_text(text)
+    body = (f"Command: `{' '.join(['python -m ascend_grad.bench.training_step', *argv])}`\n\n{machine(_torch())}\n\n"
+            f"Medians in ms of one session.run / training step; see the module's docstring for the columns.\n\n{table.strip()}")
+    write_section(results, SECTION, body)
 
 
 class _Tee:

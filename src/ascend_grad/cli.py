@@ -188,6 +188,7 @@ BENCHMARKS = {
     "kernels": "the fused kernels vs ATen, torch.compile, the decomposed graph and the memory floor",
     "training_step": "a whole training step of a bundled graph, original vs fused",
     "graph_pass": "the graph pass's time by graph size",
+    "translations": "each ATen backward translation of models/export in onnxruntime vs PyTorch eager",
     "chart": "the kernel benchmark as a PNG chart",
 }
 
@@ -267,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(run=cmd_info)
 
     bench = commands.add_parser(
-        "bench", help="run a benchmark (kernels, training_step, graph_pass, chart)",
+        "bench", help="run a benchmark (kernels, training_step, graph_pass, translations, chart)",
         description="Run a benchmark; the options after its name are its own (ascend-grad bench kernels --help).\n"
         + "\n".join(f"  {name:14s} {text}" for name, text in BENCHMARKS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,0 +1,39 @@
+"""What every benchmark records with its numbers: the machine, and its section of bench/results.md."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's model name (it differs from one machine to the next: Intel Xeon or AMD EPYC)."""
+    try:
+        found = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
+    except OSError:
+        found = None
+    return found.group(1).strip() if found else (platform.processor() or platform.machine())
+
+
+def machine(torch=None) -> str:
+    """One line: CPU, cores, Python, onnxruntime, torch, today."""
+    import onnxruntime as ort
+
+    return (f"Machine: {cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"onnxruntime {ort.__version__}, torch {torch.__version__ if torch else 'absent'}; {datetime.date.today()}.")
+
+
+def write_section(results: Path, section: str, body: str) -> None:
+    """Replace the section `section` ("## Name") of the results file with `section` + body, or append it."""
+    block = f"{section}\n\n{body.strip()}\n"
+    text = results.read_text() if results.exists() else ""
+    start = text.find(section + "\n")
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + block
+    else:
+        end = text.find("\n## ", start + len(section))
+        text = text[:start] + block + (text[end:] if end >= 0 else "")
+    results.write_text(text)

@@ -1,0 +1,177 @@
+"""The translation benchmark: each ATen backward op that models/export translates, as onnxruntime
+runs our translation, against PyTorch eager running the op itself, on the same shapes, in one run.
+
+    python -m ascend_grad.bench.translations [--threads 1 2] [--family convolution pooling] [--write]
+
+A case is one call of an ATen op with fixed arguments. Its translation is exported alone (a module
+whose forward is that call, torch.onnx with models.export.TABLE) and run in onnxruntime (IO
+binding, intra-op threads as given, inter-op 1); PyTorch runs the same call eagerly
+(torch.set_num_threads). Before timing, every output is checked against PyTorch's (relative error
+<= 1e-4 of max |torch|; a mismatch raises). It prints medians (ms) and torch / onnxruntime (higher
+is better for us). --write puts the table in bench/results.md, section "## Translations".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ascend_grad.bench.kernels import _ort_runner, median_ms
+from ascend_grad.bench.report import machine, write_section
+from ascend_grad.testing import relative_error, run_onnxruntime
+
+SECTION = "## Translations"
+TOLERANCE = 1e-4
+
+
+@dataclass
+class Case:
+    """`op(*tensors, *constants)`: tensors are made by make_tensors(torch) (seeded), constants are
+    plain Python values (ints, lists, bools)."""
+
+    label: str
+    op: Callable  # e.g. lambda torch: torch.ops.aten.convolution_backward.default
+    make_tensors: Callable
+    constants: tuple = ()
+
+
+def _randn(torch, *shape):
+    return torch.randn(*shape)
+
+
+# ---- the cases, by family (models/export/<family>.py); shapes from the models of models/modules.py
+# and diffusers' UNet2DModel / AutoencoderKL
+
+
+def _conv(n, c_in, c_out, hw, k, stride=1, padding=0, groups=1):
+    """convolution_backward of a 2-D conv on an (n, c_in, hw, hw) input."""
+    out = (hw + 2 * padding - k) // stride + 1
+    return Case(
+        f"conv {c_in}->{c_out} k{k} s{stride} p{padding} g{groups} ({n}, {c_in}, {hw}, {hw})",
+        lambda torch: torch.ops.aten.convolution_backward.default,
+        lambda torch: (_randn(torch, n, c_out, out, out), _randn(torch, n, c_in, hw, hw), _randn(torch, c_out, c_in // groups, k, k)),
+        ([c_out], [stride] * 2, [padding] * 2, [1, 1], False, [0, 0], groups, [True, True, True]),
+    )
+
+
+CASES: dict[str, list[Case]] = {
+    "convolution": [
+        _conv(8, 4, 64, 32, 3, padding=1),  # the demo ResBlock's first conv
+        _conv(8, 64, 4, 32, 3, padding=1),  # and its last
+        _conv(2, 128, 128, 32, 3, padding=1),  # a UNet ResBlock conv
+        _conv(2, 128, 128, 32, 3, stride=2, padding=1),  # a UNet Downsample2D
+    ],
+    "pooling": [],
+}
+
+
+class _Call:
+    """A module whose forward is one ATen call (so torch.export sees exactly that op)."""
+
+    def __new__(cls, torch, op, constants):
+        class Call(torch.nn.Module):
+            def forward(self, *tensors):
+                return op(*tensors, *constants)
+
+        return Call()
+
+
+def _export(torch, case: Case, tensors):
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    from ascend_grad.models.export import TABLE
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(_Call(torch, case.op(torch), case.constants), tensors, dynamo=True,
+                                    custom_translation_table=TABLE, verbose=False)
+    return program.model_proto
+
+
+@dataclass
+class Row:
+    case: str
+    threads: int
+    onnxruntime: float
+    torch: float
+
+    def cells(self) -> list[str]:
+        return [self.case, str(self.threads), f"{self.onnxruntime:.3f}", f"{self.torch:.3f}",
+                f"{self.torch / self.onnxruntime:.2f}x"]
+
+
+HEADER = ["case", "threads", "onnxruntime ms", "torch eager ms", "torch / onnxruntime"]
+
+
+def measure(torch, case: Case, threads: int) -> Row:
+    torch.manual_seed(0)
+    tensors = tuple(case.make_tensors(torch))
+    model = _export(torch, case, tensors)
+    feeds = {i.name: t.numpy() for i, t in zip(model.graph.input, tensors)}
+    op = case.op(torch)
+    wanted = [v for v in _as_tuple(op(*tensors, *case.constants)) if v is not None]
+    got = list(run_onnxruntime(model, feeds).values())
+    for k, (g, w) in enumerate(zip(got, wanted)):
+        error = relative_error(g, w.numpy())
+        if not error <= TOLERANCE:
+            raise AssertionError(f"{case.label}: output {k} differs from PyTorch's by {error:.3g} (relative)")
+    ort_ms = median_ms(_ort_runner(model, feeds, threads, False))
+    torch.set_num_threads(threads)
+    torch_ms = median_ms(lambda: op(*tensors, *case.constants))
+    return Row(case.label, threads, ort_ms, torch_ms)
+
+
+def _as_tuple(value):
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def run(threads=(1, 2), families=None, out=sys.stdout) -> list[Row]:
+    import torch
+
+    print(f"# ascend-grad translation benchmark. {machine(torch)}", file=out)
+    print("| " + " | ".join(HEADER) + " |", file=out)
+    print("|" + "---|" * len(HEADER), file=out, flush=True)
+    rows = []
+    for family in families or CASES:
+        for case in CASES[family]:
+            for t in threads:
+                row = measure(torch, case, t)
+                rows.append(row)
+                print("| " + " | ".join(row.cells()) + " |", file=out, flush=True)
+    return rows
+
+
+def write(rows: list[Row], argv: list[str], results: Path = Path("bench/results.md")) -> None:
+    import torch
+
+    table = "\n".join(["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)] + ["| " + " | ".join(r.cells()) + " |" for r in rows])
+    body = (f"Command: `{' '.join(['python -m ascend_grad.bench.translations', *argv])}`\n\n{machine(torch)}\n\n"
+            f"Medians in ms; see the module's docstring for the columns.\n\n{table}")
+    write_section(results, SECTION, body)
+
+
+def main(argv=None, prog: str | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=prog or "python -m ascend_grad.bench.translations", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--family", nargs="+", choices=list(CASES), help="only these families (default: all)")
+    parser.add_argument("--write", action="store_true", help="put the table in bench/results.md")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
+    rows = run(tuple(args.threads), args.family)
+    if args.write:
+        write(rows, [a for a in argv if a != "--write"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
