@@ -75,4 +75,126 @@ class GroupNormSwishBlock(nn.Module):
 
 
 def default_loss(output):
-    return output.float().square().mean()
+    """The mean of the output's squares, in float; for a structured output (tuple, dict, dataclass
+    such as diffusers' UNet2DOutput), the sum of that over its floating-point tensors."""
+    if isinstance(output, torch.Tensor):
+        return output.float().square().mean()
+    tensors = [t for t in _tensors(output) if t.is_floating_point()]
+    if not tensors:
+        raise TypeError(f"default_loss: the module's output ({type(output).__name__}) holds no floating-point tensor")
+    return sum(t.float().square().mean() for t in tensors)
+
+
+def _tensors(output) -> list:
+    import dataclasses
+
+    from torch.utils._pytree import tree_leaves
+
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        return _tensors([getattr(output, f.name) for f in dataclasses.fields(output)])
+    return [t for t in tree_leaves(output) if isinstance(t, torch.Tensor)]
+
+
+# ---- CNN building blocks of real detectors and classifiers (YOLO, EfficientNet), small: the shapes
+# the exporter must handle (strided and depthwise convs, BatchNorm in train mode, pools, upsampling)
+
+
+class ConvBNAct(nn.Sequential):
+    """Conv (any stride, groups) -> BatchNorm -> SiLU or Mish: YOLOv5/v8's Conv, YOLOv4's CBM."""
+
+    def __init__(self, c_in: int, c_out: int, k: int = 3, stride: int = 1, groups: int = 1, act: str = "silu"):
+        super().__init__(nn.Conv2d(c_in, c_out, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(c_out),
+                         nn.SiLU(inplace=True) if act == "silu" else nn.Mish())
+
+
+class MBConv(nn.Module):
+    """EfficientNet's inverted bottleneck: 1x1 expand, depthwise k x k (stride), squeeze-excitation
+    (adaptive average pool, SiLU, sigmoid gate), 1x1 project; a residual when the shape allows."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1, expand: int = 4, k: int = 3):
+        super().__init__()
+        hidden = c_in * expand
+        self.expand = ConvBNAct(c_in, hidden, 1)
+        self.depthwise = ConvBNAct(hidden, hidden, k, stride, groups=hidden)
+        self.squeeze, self.excite = nn.Conv2d(hidden, max(1, c_in // 4), 1), nn.Conv2d(max(1, c_in // 4), hidden, 1)
+        self.project = nn.Sequential(nn.Conv2d(hidden, c_out, 1, bias=False), nn.BatchNorm2d(c_out))
+        self.residual = stride == 1 and c_in == c_out
+
+    def forward(self, x):
+        h = self.depthwise(self.expand(x))
+        gate = torch.sigmoid(self.excite(F.silu(self.squeeze(F.adaptive_avg_pool2d(h, 1)))))
+        y = self.project(h * gate)
+        return x + y if self.residual else y
+
+
+class CSPMish(nn.Module):
+    """YOLOv4's CSP stage: a stride-2 CBM, two branches (one through Mish residual bottlenecks), concat, CBM."""
+
+    def __init__(self, c_in: int, c_out: int, blocks: int = 1):
+        super().__init__()
+        half = c_out // 2
+        self.down = ConvBNAct(c_in, c_out, 3, 2, act="mish")
+        self.split1, self.split2 = ConvBNAct(c_out, half, 1, act="mish"), ConvBNAct(c_out, half, 1, act="mish")
+        self.blocks = nn.ModuleList(nn.Sequential(ConvBNAct(half, half, 1, act="mish"), ConvBNAct(half, half, 3, act="mish"))
+                                    for _ in range(blocks))
+        self.merge = ConvBNAct(2 * half, c_out, 1, act="mish")
+
+    def forward(self, x):
+        x = self.down(x)
+        a, b = self.split1(x), self.split2(x)
+        for block in self.blocks:
+            b = b + block(b)
+        return self.merge(torch.cat([a, b], 1))
+
+
+class SPPF(nn.Module):
+    """YOLOv5's spatial pyramid pooling (fast): three chained 5x5 stride-1 max pools, concatenated."""
+
+    def __init__(self, c_in: int, c_out: int):
+        super().__init__()
+        self.reduce, self.pool, self.merge = ConvBNAct(c_in, c_in // 2, 1), nn.MaxPool2d(5, 1, 2), ConvBNAct(2 * c_in, c_out, 1)
+
+    def forward(self, x):
+        x = self.reduce(x)
+        y1 = self.pool(x)
+        y2 = self.pool(y1)
+        return self.merge(torch.cat([x, y1, y2, self.pool(y2)], 1))
+
+
+class TinyDetector(nn.Module):
+    """A detector-style network: a CSP/Mish and MBConv backbone with BatchNorm, SPPF, a PAN neck
+    (nearest upsampling + concat, stride-2 conv + concat) and two 1x1 heads. Input (N, 3, 32k, 32k)."""
+
+    def __init__(self, width: int = 16, outputs: int = 8):
+        super().__init__()
+        w = width
+        self.stem = ConvBNAct(3, w, 3, 2)  # /2
+        self.stage1 = CSPMish(w, 2 * w)  # /4
+        self.stage2 = MBConv(2 * w, 4 * w, stride=2)  # /8
+        self.stage3 = nn.Sequential(MBConv(4 * w, 4 * w), ConvBNAct(4 * w, 8 * w, 3, 2))  # /16
+        self.sppf = SPPF(8 * w, 8 * w)
+        self.up = nn.Upsample(scale_factor=2, mode="nearest")
+        self.lateral = ConvBNAct(12 * w, 4 * w, 1)
+        self.down = ConvBNAct(4 * w, 4 * w, 3, 2)
+        self.fuse = ConvBNAct(12 * w, 8 * w, 3)
+        self.head_small, self.head_large = nn.Conv2d(4 * w, outputs, 1), nn.Conv2d(8 * w, outputs, 1)
+
+    def forward(self, x):
+        p3 = self.stage2(self.stage1(self.stem(x)))
+        p4 = self.sppf(self.stage3(p3))
+        n3 = self.lateral(torch.cat([self.up(p4), p3], 1))
+        n4 = self.fuse(torch.cat([self.down(n3), p4], 1))
+        return self.head_small(n3), self.head_large(n4)
+
+
+class TinyClassifier(nn.Module):
+    """EfficientNet-style classifier: stem, MBConvs, average pooling (2x2 then adaptive to 1), Linear."""
+
+    def __init__(self, width: int = 16, classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(ConvBNAct(3, width, 3, 2), MBConv(width, width), MBConv(width, 2 * width, 2, k=5),
+                                      nn.AvgPool2d(2), ConvBNAct(2 * width, 4 * width, 1))
+        self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(4 * width, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(self.pool(self.features(x)), 1))

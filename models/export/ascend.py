@@ -1,0 +1,196 @@
+"""Our ops inside the PyTorch graph, so the exporter emits ascend.grad nodes instead of spelling the
+backward out.
+
+SiLU, Mish and GroupNorm followed by SiLU become torch custom ops (namespace `ascend_grad`) whose
+autograd formulas call backward custom ops with the aclnn semantics:
+
+    ascend_grad::silu(x)                          backward  ascend_grad::silu_backward(dy, x)
+    ascend_grad::mish(x)                          backward  ascend_grad::mish_backward(dy, x)
+    ascend_grad::group_norm_swish(x, w, b, G, eps) -> (y, mean, rstd)
+                                                  backward  ascend_grad::group_norm_swish_grad(dy, mean, rstd, x, w, b, G, mask)
+
+(substitute.py puts them into the forward graph before autograd runs). Their translations are
+the ascend.grad nodes SiluBackward, MishBackward, GroupNormSwish and GroupNormSwishGrad; the
+forward SiLU and Mish stay plain ONNX (x * Sigmoid(x), x * Tanh(Softplus(x))), as torch.onnx
+writes them. Each op also runs eagerly (ATen's own kernels), so the graph they sit in stays a
+working PyTorch program.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from onnxscript import opset18 as op
+from torch import Tensor
+
+from ascend_grad.ops._script import ascend  # importing ascend_grad.ops registers the schemas with onnx
+
+# ---- the torch side
+
+
+def _sizes(x: Tensor):
+    """native_group_norm's N, C, HxW of an (N, C, *spatial) tensor."""
+    N, C = x.shape[0], x.shape[1]
+    HxW = 1
+    for d in x.shape[2:]:
+        HxW = HxW * d
+    return N, C, HxW
+
+
+@torch.library.custom_op("ascend_grad::silu", mutates_args=())
+def silu(x: Tensor) -> Tensor:
+    return F.silu(x)
+
+
+@torch.library.custom_op("ascend_grad::silu_backward", mutates_args=())
+def silu_backward(grad_output: Tensor, x: Tensor) -> Tensor:
+    return torch.ops.aten.silu_backward(grad_output, x)
+
+
+@torch.library.custom_op("ascend_grad::mish", mutates_args=())
+def mish(x: Tensor) -> Tensor:
+    return F.mish(x)
+
+
+@torch.library.custom_op("ascend_grad::mish_backward", mutates_args=())
+def mish_backward(grad_output: Tensor, x: Tensor) -> Tensor:
+    return torch.ops.aten.mish_backward(grad_output, x)
+
+
+@torch.library.custom_op("ascend_grad::group_norm_swish", mutates_args=())
+def group_norm_swish(
+    x: Tensor, weight: Tensor | None, bias: Tensor | None, num_groups: int, eps: float
+) -> tuple[Tensor, Tensor, Tensor]:
+    N, C, HxW = _sizes(x)
+    z, mean, rstd = torch.ops.aten.native_group_norm(x, weight, bias, N, C, HxW, num_groups, eps)
+    return F.silu(z), mean, rstd
+
+
+@torch.library.custom_op("ascend_grad::group_norm_swish_grad", mutates_args=())
+def group_norm_swish_grad(
+    dy: Tensor, mean: Tensor, rstd: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None,
+    num_groups: int, output_mask: list[bool],
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(dx, dgamma, dbeta); an output the mask does not ask for is zeros (as GroupNormSwishGrad)."""
+    N, C, HxW = _sizes(x)
+    shape = (N, num_groups, -1)
+    xhat = ((x.reshape(shape) - mean.reshape(N, num_groups, 1)) * rstd.reshape(N, num_groups, 1)).reshape(x.shape)
+    per_channel = (1, C) + (1,) * (x.dim() - 2)
+    z = xhat
+    if weight is not None:
+        z = z * weight.reshape(per_channel)
+    if bias is not None:
+        z = z + bias.reshape(per_channel)
+    g = torch.ops.aten.silu_backward(dy, z.to(dy.dtype))
+    dx, dgamma, dbeta = torch.ops.aten.native_group_norm_backward(
+        g, x, mean, rstd, weight, N, C, HxW, num_groups, [True, weight is not None, True]
+    )
+    zeros = x.new_zeros(C) if weight is None else weight.new_zeros(C)
+    dgamma = dgamma if output_mask[1] and dgamma is not None else zeros
+    return dx if output_mask[0] else torch.zeros_like(x), dgamma, dbeta if output_mask[2] else zeros.clone()
+
+
+@silu.register_fake
+@mish.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@silu_backward.register_fake
+@mish_backward.register_fake
+def _(grad_output, x):
+    return torch.empty_like(x)
+
+
+@group_norm_swish.register_fake
+def _(x, weight, bias, num_groups, eps):
+    stats = x.new_empty((x.shape[0], num_groups))
+    return torch.empty_like(x), stats, torch.empty_like(stats)
+
+
+@group_norm_swish_grad.register_fake
+def _(dy, mean, rstd, x, weight, bias, num_groups, output_mask):
+    C = x.shape[1]
+    params = (x if weight is None else weight).new_empty(C)
+    return torch.empty_like(x), params, torch.empty_like(params)
+
+
+def _save_input(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+silu.register_autograd(lambda ctx, dy: silu_backward(dy, ctx.saved_tensors[0]), setup_context=_save_input)
+mish.register_autograd(lambda ctx, dy: mish_backward(dy, ctx.saved_tensors[0]), setup_context=_save_input)
+
+
+def _group_norm_setup(ctx, inputs, output):
+    x, weight, bias, num_groups, _ = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, weight, bias, mean, rstd)
+    ctx.num_groups = num_groups
+
+
+def _group_norm_backward(ctx, dy, _dmean, _drstd):
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    mask = [bool(m) for m in ctx.needs_input_grad[:3]]
+    dx, dgamma, dbeta = group_norm_swish_grad(dy, mean, rstd, x, weight, bias, ctx.num_groups, mask)
+    return dx if mask[0] else None, dgamma if mask[1] else None, dbeta if mask[2] else None, None, None
+
+
+group_norm_swish.register_autograd(_group_norm_backward, setup_context=_group_norm_setup)
+
+
+# ---- the ONNX side (translations for torch.onnx's custom_translation_table)
+
+
+def silu_onnx(x):
+    return op.Mul(x, op.Sigmoid(x))
+
+
+def silu_backward_onnx(grad_output, x):
+    return ascend.SiluBackward(grad_output, x)
+
+
+def mish_onnx(x):
+    return op.Mul(x, op.Tanh(op.Softplus(x)))
+
+
+def mish_backward_onnx(grad_output, x):
+    return ascend.MishBackward(grad_output, x)
+
+
+def _affine_or_default(x, value, fill: float):
+    """GroupNorm without affine parameters: gamma = ones(C), beta = zeros(C), in x's dtype."""
+    if value is not None:
+        return value
+    C = op.Shape(x, start=1, end=2)
+    return op.CastLike(op.ConstantOfShape(C, value=_float_tensor(fill)), x)
+
+
+def _float_tensor(value: float):
+    import onnx
+
+    return onnx.helper.make_tensor("value", onnx.TensorProto.FLOAT, [1], [value])
+
+
+def group_norm_swish_onnx(x, weight, bias, num_groups: int, eps: float):
+    gamma, beta = _affine_or_default(x, weight, 1.0), _affine_or_default(x, bias, 0.0)
+    return ascend.GroupNormSwish(x, gamma, beta, num_groups=num_groups, eps=eps)
+
+
+def group_norm_swish_grad_onnx(dy, mean, rstd, x, weight, bias, num_groups: int, output_mask):
+    gamma, beta = _affine_or_default(x, weight, 1.0), _affine_or_default(x, bias, 0.0)
+    return ascend.GroupNormSwishGrad(
+        dy, mean, rstd, x, gamma, beta, num_groups=num_groups,
+        dgamma_is_require=int(bool(output_mask[1]) and weight is not None), dbeta_is_require=int(bool(output_mask[2])),
+    )
+
+
+TABLE = {
+    torch.ops.ascend_grad.silu.default: silu_onnx,
+    torch.ops.ascend_grad.silu_backward.default: silu_backward_onnx,
+    torch.ops.ascend_grad.mish.default: mish_onnx,
+    torch.ops.ascend_grad.mish_backward.default: mish_backward_onnx,
+    torch.ops.ascend_grad.group_norm_swish.default: group_norm_swish_onnx,
+    torch.ops.ascend_grad.group_norm_swish_grad.default: group_norm_swish_grad_onnx,
+}

@@ -1,0 +1,109 @@
+"""From a module to the joint graph: one ExportedProgram computing the loss, the gradients of the
+parameters that require grad, and the new values of the buffers the step updates, all as outputs.
+
+1. `torch.export.export` of the module followed by its loss (the training IR; in train or eval
+   mode, as the module is), with dimension 0 of every input symbolic if asked;
+2. our ops put in (substitute.py), so autograd calls our backward ops;
+3. AOTAutograd's joint trace (`_decompose_exported_program(joint_loss_index=0)`, as torch's own
+   `_export_forward_backward`), with PyTorch's core decompositions except for the ops models/export
+   translates itself, and scaled_dot_product_attention in its math form (its CPU flash kernel's
+   backward has no ONNX spelling; the math form's backward is matmuls and a softmax backward);
+4. every output made a user output in SPEC.md's order: loss, gradients in `named_parameters()`
+   order, buffer updates in `named_buffers()` order (torch.onnx writes only user outputs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_structure
+from torch.export import ExportedProgram
+from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec
+
+from ascend_grad.models.export.interface import WithLoss
+from ascend_grad.models.export.substitute import substitute
+
+PREFIX = "module."  # WithLoss holds the module as .module
+
+
+@dataclass
+class Joint:
+    """The joint program and what its user outputs are, in order."""
+
+    program: ExportedProgram  # training IR after substitution: what unsupported.py attributes ops to
+    joint: ExportedProgram
+    gradients: list[str] = field(default_factory=list)  # parameter names, named_parameters() order
+    buffers: list[str] = field(default_factory=list)  # updated buffers, named_buffers() order
+    inputs: list[int] = field(default_factory=list)  # positions in example_inputs of the graph inputs
+    substituted: Counter = field(default_factory=Counter)
+
+
+def decomposition_table(translated) -> dict:
+    """PyTorch's core ATen decompositions, less the ops we translate ourselves (`translated`)."""
+    from torch._decomp import core_aten_decompositions
+
+    table = dict(core_aten_decompositions())
+    for op in translated:
+        table.pop(op, None)
+    return table
+
+
+def math_attention():
+    """scaled_dot_product_attention as matmul / softmax / matmul while tracing."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.MATH])
+
+
+def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch: bool = False, translated=()) -> Joint:
+    wrapped = WithLoss(module, loss_fn)
+    tensors = [k for k, v in enumerate(example_inputs) if isinstance(v, torch.Tensor)]
+    dynamic = None
+    if dynamic_batch:
+        batch = torch.export.Dim("batch")
+        dynamic = {"inputs": tuple({0: batch} if k in tensors and example_inputs[k].dim() else None for k in range(len(example_inputs)))}
+    program = torch.export.export(wrapped, tuple(example_inputs), dynamic_shapes=dynamic)
+    substituted = substitute(program.graph_module)
+    joint = _joint(program, decomposition_table(translated))
+    gradients, buffers = _user_outputs(joint, wrapped)
+    return Joint(program, joint, gradients, buffers, tensors, substituted)
+
+
+def _joint(program: ExportedProgram, table: dict) -> ExportedProgram:
+    from torch.export.exported_program import _decompose_exported_program
+    from torch.export.experimental import _copy_graph_module_and_signature, _remove_detach_pass
+
+    with math_attention():
+        joint = _decompose_exported_program(program, cia_to_decomp={}, python_decomp_table=table, joint_loss_index=0,
+                                            decompose_custom_triton_ops=False)
+    graph_module, signature = _copy_graph_module_and_signature(joint)
+    _remove_detach_pass(graph_module, signature)
+    return joint._update(graph_module, signature)
+
+
+def _user_outputs(joint: ExportedProgram, wrapped: WithLoss) -> tuple[list[str], list[str]]:
+    """Reorder the joint graph's outputs to loss, gradients, buffer updates, all user outputs."""
+    output = next(n for n in reversed(joint.graph.nodes) if n.op == "output")
+    values = list(output.args[0])
+    specs = joint.graph_signature.output_specs
+    by_kind: dict = {OutputKind.LOSS_OUTPUT: {}, OutputKind.GRADIENT_TO_PARAMETER: {}, OutputKind.BUFFER_MUTATION: {}}
+    for value, spec in zip(values, specs):
+        if spec.kind not in by_kind:
+            raise NotImplementedError(f"export_training_graph: the joint graph has an output of kind {spec.kind.name} "
+                                      f"({spec.target}), which SPEC.md's interface has no place for")
+        by_kind[spec.kind][spec.target] = (value, spec)
+    (loss,) = by_kind[OutputKind.LOSS_OUTPUT].values()
+    gradients = [n for n, _ in wrapped.named_parameters() if n in by_kind[OutputKind.GRADIENT_TO_PARAMETER]]
+    buffers = [n for n, _ in wrapped.named_buffers() if n in by_kind[OutputKind.BUFFER_MUTATION]]
+    ordered = [loss] + [by_kind[OutputKind.GRADIENT_TO_PARAMETER][n] for n in gradients]
+    ordered += [by_kind[OutputKind.BUFFER_MUTATION][n] for n in buffers]
+    output.args = (tuple(v for v, _ in ordered),)
+    joint.graph_module.recompile()
+    new_specs = [OutputSpec(kind=OutputKind.USER_OUTPUT, arg=spec.arg, target=None) for _, spec in ordered]
+    joint._graph_signature = ExportGraphSignature(input_specs=joint.graph_signature.input_specs, output_specs=new_specs)
+    # the program's calling convention returns them all too (a flat tuple)
+    joint.module_call_graph[0].signature.out_spec = tree_structure(tuple(range(len(ordered))))
+    return [n.removeprefix(PREFIX) for n in gradients], [n.removeprefix(PREFIX) for n in buffers]

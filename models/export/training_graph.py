@@ -1,0 +1,95 @@
+"""export_training_graph: a PyTorch module -> one ONNX training graph (SPEC.md, "PyTorch export").
+
+    trace      torch.export, our ops put in, AOTAutograd's joint forward+backward (joint.py)
+    check      decomposed as torch.onnx will; every op without a translation named at once (unsupported.py)
+    translate  torch.onnx with our translations (TABLE) -> ONNX
+    fuse       the graph pass on the result (what substitute.py could not put in: hand-written
+               swish, GroupNorm then swish, float64 spellings), function bodies attached
+
+Progress goes to `progress(step)` if given (the command line shows it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import logging
+import warnings
+
+import onnx
+import torch
+from torch import nn
+
+from ascend_grad.models.export import TABLE, joint, unsupported
+from ascend_grad.models.export.interface import rename_interface
+
+STEPS = ("trace", "check", "translate", "fuse")
+
+
+@functools.cache
+def _registry():
+    """torchlib's translations and ours (built once: it reads every torchlib function)."""
+    from torch.onnx._internal.exporter import _registration
+
+    with _quiet():
+        registry = _registration.ONNXRegistry.from_torchlib()
+    for op, function in TABLE.items():
+        registry.register_op(op, function)
+    return registry
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torch.onnx's notes ("torchvision is not installed", its progress prints) stay out of our output."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dynamic_batch: bool = False,
+                          progress=None) -> onnx.ModelProto:
+    """One graph computing the forward, the loss and the gradients of every parameter that requires
+    grad, plus the updated buffers, with our ops for SiLU, Mish and GroupNorm+SiLU (SPEC.md)."""
+    from torch.onnx._internal.exporter import _core, _decomp
+
+    from ascend_grad.graph_passes import fuse_backward_ops
+
+    say = progress or (lambda step: None)
+    example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    say("trace")
+    with _quiet():
+        traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, translated=TABLE)
+    say("check")
+    registry = _registry()
+    with _quiet(), joint.math_attention():
+        decomposed = _core._prepare_exported_program_for_export(traced.joint, registry=registry)
+    missing = unsupported.missing_ops(decomposed, registry)
+    if missing:
+        onnx_table = _decomp.create_onnx_friendly_decomposition_table(set(_decomp.get_onnx_implemented_overloads(registry)))
+        with _quiet():
+            unsupported.raise_for(missing, traced.program, {**onnx_table, **joint.decomposition_table(TABLE)})
+    say("translate")
+    with _quiet():
+        program = _core._exported_program_to_onnx_program(decomposed, registry=registry)
+        program.optimize()
+    say("fuse")
+    model, _ = fuse_backward_ops(_interface(program.model_proto, traced))
+    return model
+
+
+def _interface(model: onnx.ModelProto, traced: joint.Joint) -> onnx.ModelProto:
+    """SPEC.md's names: input_<k>, loss, grad.<parameter>, buffer.<buffer>, initializers as in
+    named_parameters() / named_buffers()."""
+    inputs = {i.name: f"input_{k}" for i, k in zip(model.graph.input, traced.inputs)}
+    inputs.update({t.name: t.name.removeprefix(joint.PREFIX) for t in model.graph.initializer if t.name.startswith(joint.PREFIX)})
+    outputs = ["loss"] + [f"grad.{n}" for n in traced.gradients] + [f"buffer.{n}" for n in traced.buffers]
+    if len(outputs) != len(model.graph.output):
+        raise AssertionError(f"export_training_graph: {len(model.graph.output)} graph outputs for {len(outputs)} names")
+    return rename_interface(model, inputs, outputs)
