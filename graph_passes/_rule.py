@@ -41,6 +41,18 @@ def start_notes() -> Notes:
     return _current
 
 
+# the op set's dtypes: a gradient in any other (float64, say) has no ascend.grad form
+OP_SET_DTYPES = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
+
+
+def dtype_refusal(**values: ir.Value | None) -> str | None:
+    """Why values of these dtypes cannot go into an ascend.grad node, or None."""
+    for name, value in values.items():
+        if value is not None and value.dtype is not None and value.dtype not in OP_SET_DTYPES:
+            return f"{name} is {value.dtype.name}: the op set takes float, float16 and bfloat16 only"
+    return None
+
+
 class FusionRule(pattern.RewriteRuleClassBase):
     """A rule that proves its match in `prove` (returning the fused node's inputs or a reason)."""
 
@@ -91,7 +103,7 @@ class ElementwiseGradientRule(FusionRule):
         found = self.find(root)
         if isinstance(found, str):
             return MatchResult().fail(found)
-        reason = self.refusal(found, root)
+        reason = dtype_refusal(dy=found.dy, x=found.x, gradient=root) or self.refusal(found, root)
         return self.refuse(found.x, reason) if reason else self.accept(found.x, found)
 
     def rewrite(self, op, a, b, root: ir.Value, **_):

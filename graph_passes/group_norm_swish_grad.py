@@ -15,7 +15,7 @@ from onnxscript.rewriter._basics import MatchResult
 from ascend_grad.graph_passes._algebra import Algebra, TooBig
 from ascend_grad.graph_passes._graph import is_live, producer, strip
 from ascend_grad.graph_passes._group_norm_proof import Refuse, prove
-from ascend_grad.graph_passes._rule import FusionRule, cast_to, node_for, replace_value
+from ascend_grad.graph_passes._rule import FusionRule, cast_to, dtype_refusal, node_for, replace_value
 from ascend_grad.graph_passes._swish import SIGMOID_OPS, Activation, match_swish_backward
 
 OP_TYPE = "GroupNormSwishGrad"
@@ -60,7 +60,9 @@ class GroupNormSwishGradRule(FusionRule):
                 return self.refuse(swish.x, str(refusal))
             if proof.dx is not root:
                 return self.refuse(swish.x, "the proven dx is another value")
-            return self.accept(swish.x, proof)
+            reason = dtype_refusal(dx=root, dy=proof.dy, x=proof.x, mean=proof.mean, rstd=proof.rstd, gamma=proof.gamma,
+                                   beta=proof.beta)
+            return self.refuse(swish.x, reason) if reason else self.accept(swish.x, proof)
         return MatchResult().fail("no swish gradient feeds this sum")
 
     def rewrite(self, op, dx_sum, shape, root: ir.Value, **_):

@@ -13,7 +13,7 @@ import onnx_ir as ir
 from onnxscript.rewriter._basics import MatchResult
 
 from ascend_grad.graph_passes._graph import same_shape
-from ascend_grad.graph_passes._rule import ElementwiseGradientRule, FusionRule, node_for
+from ascend_grad.graph_passes._rule import ElementwiseGradientRule, FusionRule, dtype_refusal, node_for
 from ascend_grad.graph_passes._swish import ANCHORS, SIGMOID_OPS, match_swish_backward
 
 OP_TYPE = "SiluBackward"
@@ -50,7 +50,8 @@ class QuickGeluGradAsSilu(FusionRule):
         alpha = root.producer().attributes.get_float("alpha", 1.702)  # the op's default is GELU's 1.702
         if alpha != 1.0:
             return self.refuse(x, f"QuickGeluGrad alpha is {alpha:g}, not 1 (not SiLU)")
-        return self.accept(x, (dy, x))
+        reason = dtype_refusal(dy=dy, x=x, gradient=root)
+        return self.refuse(x, reason) if reason else self.accept(x, (dy, x))
 
     def rewrite(self, op, dy, x, root: ir.Value, **_):
         self.record(root, dy=dy.name, x=x.name)

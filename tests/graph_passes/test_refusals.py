@@ -69,6 +69,22 @@ def test_not_the_math_is_left_alone(change, rng):
     np.testing.assert_array_equal(run_onnxruntime(fused, feeds)["dx"], run_onnxruntime(model, feeds)["dx"])
 
 
+def test_a_float64_gradient_stays(rng):
+    """The op set has no float64: the same math in double is recognised, refused, and left as it is."""
+    model = silu_backward_graph()
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.elem_type = TensorProto.DOUBLE
+    (one,) = model.graph.initializer
+    one.CopyFrom(numpy_helper.from_array(np.array(1.0, np.float64), "one"))
+    del model.graph.value_info[:]
+    model = onnx.shape_inference.infer_shapes(model)
+    fused, report = fuse_backward_ops(model)
+    assert report.counts["SiluBackward"] == 0
+    assert report.refused == {"SiluBackward at x": "dy is DOUBLE: the op set takes float, float16 and bfloat16 only"}
+    feeds = {k: v.astype(np.float64) for k, v in _feeds(model, rng).items()}
+    np.testing.assert_array_equal(run_onnxruntime(fused, feeds)["dx"], run_onnxruntime(model, feeds)["dx"])
+
+
 def test_an_intermediate_read_elsewhere_stays_valid(rng):
     """d (s * (1 + x (1 - s))) is also an output: the fusion happens, and d is still computed."""
     model = silu_backward_graph(extra_output=True)
