@@ -14,12 +14,15 @@ class WithLoss(nn.Module):
     """`module` followed by `loss_fn` (default: models.modules.default_loss): the loss is output 0.
     Its parameters are the module's, prefixed with "module."."""
 
-    def __init__(self, module: nn.Module, loss_fn=None):
+    def __init__(self, module: nn.Module, loss_fn=None, constants: dict[int, object] | None = None):
         super().__init__()
         self.module = module
         self.loss_fn = loss_fn or default_loss
+        self.constants = constants or {}  # position -> a non-tensor input, baked in (forward takes the tensors)
 
-    def forward(self, *inputs):
+    def forward(self, *tensors):
+        given = iter(tensors)
+        inputs = [self.constants[k] if k in self.constants else next(given) for k in range(len(tensors) + len(self.constants))]
         return (self.loss_fn(self.module(*inputs)),)
 
 

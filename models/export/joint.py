@@ -59,13 +59,15 @@ def math_attention():
 
 
 def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch: bool = False, translated=()) -> Joint:
-    wrapped = WithLoss(module, loss_fn)
     tensors = [k for k, v in enumerate(example_inputs) if isinstance(v, torch.Tensor)]
+    constants = {k: v for k, v in enumerate(example_inputs) if k not in tensors}
+    wrapped = WithLoss(module, loss_fn, constants)
+    args = tuple(example_inputs[k] for k in tensors)
     dynamic = None
     if dynamic_batch:
         batch = torch.export.Dim("batch")
-        dynamic = {"inputs": tuple({0: batch} if k in tensors and example_inputs[k].dim() else None for k in range(len(example_inputs)))}
-    program = torch.export.export(wrapped, tuple(example_inputs), dynamic_shapes=dynamic)
+        dynamic = {"tensors": tuple({0: batch} if t.dim() else None for t in args)}
+    program = torch.export.export(wrapped, args, dynamic_shapes=dynamic)
     substituted = substitute(program.graph_module)
     joint = _joint(program, decomposition_table(translated))
     gradients, buffers = _user_outputs(joint, wrapped)

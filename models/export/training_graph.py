@@ -21,7 +21,7 @@ import onnx
 import torch
 from torch import nn
 
-from ascend_grad.models.export import TABLE, joint, unsupported
+from ascend_grad.models.export import DECOMPOSE, TABLE, joint, unsupported
 from ascend_grad.models.export.interface import rename_interface
 
 STEPS = ("trace", "check", "translate", "fuse")
@@ -29,11 +29,14 @@ STEPS = ("trace", "check", "translate", "fuse")
 
 @functools.cache
 def _registry():
-    """torchlib's translations and ours (built once: it reads every torchlib function)."""
+    """torchlib's translations, less those of DECOMPOSE, and ours (built once: it reads every torchlib
+    function)."""
     from torch.onnx._internal.exporter import _registration
 
     with _quiet():
         registry = _registration.ONNXRegistry.from_torchlib()
+    for op in DECOMPOSE:
+        registry.functions.pop(op.name(), None)
     for op, function in TABLE.items():
         registry.register_op(op, function)
     return registry
@@ -41,16 +44,19 @@ def _registry():
 
 @contextlib.contextmanager
 def _quiet():
-    """torch.onnx's notes ("torchvision is not installed", its progress prints) stay out of our output."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    """torch.onnx's and its optimizer's notes ("torchvision is not installed", "Skipped deduplication
+of initializer ...") stay out of our output."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "onnxscript", "onnx_ir")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:
-        logger.setLevel(level)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dynamic_batch: bool = False,
@@ -78,10 +84,32 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
     say("translate")
     with _quiet():
         program = _core._exported_program_to_onnx_program(decomposed, registry=registry)
-        program.optimize()
+        _optimize(program, traced)
     say("fuse")
     model, _ = fuse_backward_ops(_interface(program.model_proto, traced))
     return model
+
+
+def _optimize(program, traced: joint.Joint) -> None:
+    """torch.onnx's optimizer (constant folding, redundant casts), keeping every parameter and buffer
+    an initializer of its own: meanwhile they are plain graph inputs, so nothing folds them into
+    constants (a Linear's transposed weight would replace the weight, a BatchNorm's step counter its
+    update)."""
+    signature = traced.joint.graph_signature
+    state = {*signature.inputs_to_parameters.values(), *signature.inputs_to_buffers.values()}
+    graph = program.model.graph
+    inputs = list(graph.inputs)
+    held = {graph.initializers.pop(name): None for name in list(graph.initializers) if name in state}
+    for value in held:
+        held[value], value.const_value = value.const_value, None  # the folder reads const_value, wherever it is
+    graph.inputs.extend(held)
+    program.optimize()
+    graph = program.model.graph
+    graph.inputs.clear()
+    graph.inputs.extend(inputs)
+    for value, tensor in held.items():
+        value.const_value = tensor
+        graph.register_initializer(value)
 
 
 def _interface(model: onnx.ModelProto, traced: joint.Joint) -> onnx.ModelProto:

@@ -1,0 +1,71 @@
+"""What an exported training graph must reproduce, computed by PyTorch itself.
+
+- `torch_step`: one training step in eager PyTorch (autograd), keyed by the exported graph's output
+  names: `loss`, `grad.<parameter>` for the parameters that require grad, `buffer.<name>` for every
+  buffer (its value after the step). In float64 by default: the reference the float32 graph is held to.
+- `activation_counts`: how many SiLU, Mish and GroupNorm-then-SiLU the module's forward calls,
+  counted at the torch.nn.functional level (independently of the exporter), so a test can say
+  whether every one of them ended as an ascend.grad node.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from ascend_grad.models.modules import _tensors
+
+
+def _loss_in(dtype):
+    """default_loss computed in `dtype` (default_loss itself rounds to float32)."""
+
+    def loss(output):
+        tensors = [output] if isinstance(output, torch.Tensor) else [t for t in _tensors(output) if t.is_floating_point()]
+        return sum(t.to(dtype).square().mean() for t in tensors)
+
+    return loss
+
+
+def torch_step(module: torch.nn.Module, example_inputs, loss_fn=None, dtype=torch.float64) -> dict[str, np.ndarray]:
+    """Loss, gradients and buffers after one step of a copy of `module` (the module is not touched),
+    its floating-point parameters, buffers and inputs cast to `dtype`."""
+    model = copy.deepcopy(module).to(dtype)
+    inputs = [t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in example_inputs]
+    loss = (loss_fn or _loss_in(dtype))(model(*inputs))
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
+    result = {"loss": loss.detach().numpy()}
+    result.update({f"grad.{n}": (torch.zeros_like(p) if g is None else g).numpy() for (n, p), g in zip(params, grads)})
+    result.update({f"buffer.{n}": b.detach().numpy() for n, b in model.named_buffers()})
+    return result
+
+
+class _Counter(TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.counts: Counter = Counter()
+        self.norms: list = []  # every GroupNorm output (kept alive, so identity means the same tensor)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func is F.group_norm:
+            self.norms.append(result)
+        elif func is F.silu:
+            self.counts["GroupNorm+SiLU" if any(args[0] is t for t in self.norms) else "SiLU"] += 1
+        elif func is F.mish:
+            self.counts["Mish"] += 1
+        return result
+
+
+def activation_counts(module: torch.nn.Module, example_inputs) -> Counter:
+    """{"SiLU": n, "Mish": n, "GroupNorm+SiLU": n} over one forward of a copy of `module`; a SiLU
+    counts as GroupNorm+SiLU when its input is a GroupNorm's output."""
+    counter = _Counter()
+    with torch.no_grad(), counter:
+        copy.deepcopy(module)(*example_inputs)
+    return counter.counts

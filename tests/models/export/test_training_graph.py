@@ -1,0 +1,274 @@
+"""export_training_graph (SPEC.md "PyTorch export"): the interface, the numbers against PyTorch
+autograd in float64, our ops emitted for every SiLU / Mish / GroupNorm+SiLU, buffers, frozen
+parameters, train and eval mode, a dynamic batch, and the error naming every untranslatable op.
+
+Every graph runs twice: in stock onnxruntime (the ascend.grad nodes as their function bodies) and
+with the kernel library. Bound: float32 results within 1e-5 of max |float64 reference| (SPEC's
+float bound), per output.
+"""
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from ascend_grad import DOMAIN  # noqa: E402
+from ascend_grad.models import export_training_graph, modules  # noqa: E402
+from ascend_grad.models.export.reference import activation_counts, torch_step  # noqa: E402
+from ascend_grad.models.export.unsupported import UnsupportedOpsError  # noqa: E402
+from ascend_grad.testing import assert_close, run_kernels, run_onnxruntime  # noqa: E402
+
+TOLERANCE = 1e-5
+RUNNERS = {"function_bodies": run_onnxruntime, "kernels": run_kernels}
+
+
+def feeds_of(inputs):
+    return {f"input_{k}": t.numpy() for k, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
+
+
+def ours(model) -> Counter:
+    return Counter(n.op_type for n in model.graph.node if n.domain == DOMAIN)
+
+
+def assert_step_matches(model, module, inputs, runner=run_onnxruntime, what=""):
+    """Every graph output equals PyTorch's float64 step; the buffers the graph does not return are
+    the ones the step leaves unchanged.
+
+    A gradient that is zero by the math (a conv bias right before a GroupNorm with G == C: the
+    norm removes every per-channel shift) has no scale of its own to be relative to: its float32
+    value is the rounding left over from cancelling terms of the size of the other gradients, so it
+    is held to 1e-5 of the largest gradient of the step instead."""
+    want = torch_step(module, inputs)
+    got = runner(model, feeds_of(inputs))
+    largest = max(np.abs(v).max() for k, v in want.items() if k.startswith("grad.") and v.size)
+    for name, value in got.items():
+        assert name in want, f"{what}: unexpected output {name}"
+        if np.issubdtype(value.dtype, np.integer):  # num_batches_tracked
+            np.testing.assert_array_equal(value, want[name], err_msg=f"{what} {name}")
+        elif np.abs(want[name]).max() < 1e-12 * largest:  # zero by the math
+            assert np.abs(value).max() <= TOLERANCE * largest, f"{what} {name}: {np.abs(value).max():.3g} is not ~0"
+        else:
+            assert_close(value, want[name], f"{what} {name}", tolerance=TOLERANCE)
+    state = dict(module.named_buffers())
+    for name, value in want.items():
+        if name.startswith("buffer.") and name not in got:
+            np.testing.assert_array_equal(value, state[name.removeprefix("buffer.")].double().numpy(), err_msg=name)
+
+
+def make(factory, seed=0):
+    torch.manual_seed(seed)
+    return factory()
+
+
+# ---- the interface
+
+
+def test_interface_names_inputs_parameters_gradients_and_buffers():
+    """input_<k> for the tensor inputs (a Python number is baked in), parameters and buffers as
+    initializers under their own names, outputs loss, grad.<p> (requires_grad only, in
+    named_parameters() order), buffer.<b> (the updated ones, in named_buffers() order)."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, padding=1)
+            self.bn = nn.BatchNorm2d(8)
+            self.head = nn.Linear(8, 4)
+            self.embed = nn.Embedding(5, 8)
+
+        def forward(self, x, scale, labels):
+            h = F.silu(self.bn(self.conv(x))).mean((2, 3)) * scale
+            return self.head(h + self.embed(labels))
+
+    module = make(Net)
+    module.embed.weight.requires_grad_(False)  # frozen: no gradient output
+    inputs = (torch.randn(2, 3, 6, 6), 0.5, torch.tensor([1, 3]))
+    before = {n: b.clone() for n, b in module.named_buffers()}
+    model = export_training_graph(module, inputs)
+
+    assert [i.name for i in model.graph.input] == ["input_0", "input_2"]
+    elem = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    assert elem == {"input_0": onnx.TensorProto.FLOAT, "input_2": onnx.TensorProto.INT64}
+    initializers = {t.name for t in model.graph.initializer}
+    assert {n for n, _ in module.named_parameters()} | {n for n, _ in module.named_buffers()} <= initializers
+    assert [o.name for o in model.graph.output] == [
+        "loss", "grad.conv.weight", "grad.conv.bias", "grad.bn.weight", "grad.bn.bias", "grad.head.weight",
+        "grad.head.bias", "buffer.bn.running_mean", "buffer.bn.running_var", "buffer.bn.num_batches_tracked",
+    ]
+    assert all(torch.equal(b, before[n]) for n, b in module.named_buffers()), "exporting changed the module's buffers"
+    assert ours(model) == {"SiluBackward": 1}
+    for runner in RUNNERS.values():
+        assert_step_matches(model, module, inputs, runner, "Net")
+
+
+def test_eval_mode_updates_no_buffer_and_uses_the_running_statistics():
+    module = make(lambda: modules.ConvBNAct(3, 8, 3)).eval()
+    inputs = (torch.randn(2, 3, 5, 7),)
+    model = export_training_graph(module, inputs)
+    assert [o.name for o in model.graph.output] == ["loss", "grad.0.weight", "grad.1.weight", "grad.1.bias"]
+    assert_step_matches(model, module, inputs, what="eval")
+
+
+def test_custom_loss_and_structured_output():
+    """loss_fn receives the module's output as it is (a tuple here); default_loss sums over a tuple."""
+
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 8)
+
+        def forward(self, x):
+            h = F.mish(self.fc(x))
+            return h[:, :4], h[:, 4:]
+
+    module = make(TwoHeads)
+    inputs = (torch.randn(3, 6),)
+    custom = export_training_graph(module, inputs, loss_fn=lambda out: (out[0] - out[1]).abs().sum())
+    want = torch_step(module, inputs, loss_fn=lambda out: (out[0] - out[1]).abs().sum())
+    got = run_kernels(custom, feeds_of(inputs))
+    for name in ("loss", "grad.fc.weight", "grad.fc.bias"):
+        assert_close(got[name], want[name], name, tolerance=TOLERANCE)
+    assert_step_matches(export_training_graph(module, inputs), module, inputs, what="default loss on a tuple")
+
+
+# ---- our ops, emitted for every occurrence
+
+
+MODULES = {
+    # name: (factory, input shape)
+    "conv_bn_silu_inplace": (lambda: modules.ConvBNAct(4, 8, 3), (2, 4, 9, 7)),  # odd sizes, nn.SiLU(inplace=True)
+    "conv_bn_mish": (lambda: modules.ConvBNAct(4, 8, 1, act="mish"), (2, 4, 5, 5)),
+    "resblock": (lambda: modules.ResBlock(channels=4, hidden=32, groups=8), (2, 4, 8, 8)),
+    "resblock_g_eq_c": (lambda: modules.ResBlock(channels=3, hidden=16, groups=16), (2, 3, 6, 6)),  # G == C
+    "resblock_g1": (lambda: modules.ResBlock(channels=3, hidden=16, groups=1), (2, 3, 6, 6)),  # G == 1
+    "resblock_hw1": (lambda: modules.ResBlock(channels=3, hidden=16, groups=4), (3, 3, 1, 1)),  # HxW == 1
+    "gn_hand_swish": (lambda: modules.GroupNormSwishBlock(), (2, 4, 8, 8)),  # x * sigmoid(x): the graph pass
+    "gn_scaled_swish": (lambda: modules.GroupNormSwishBlock(beta=1.5), (2, 4, 8, 8)),  # swish_scale 1.5
+    "silu_mlp": (lambda: modules.SiluMLP(), (4, 16)),
+    "mish_mlp": (lambda: modules.MishMLP(), (4, 16)),
+}
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_activation_becomes_our_op_and_the_step_matches(name):
+    factory, shape = MODULES[name]
+    module = make(factory)
+    inputs = (torch.randn(shape),)
+    model = export_training_graph(module, inputs)
+    found, counted = ours(model), activation_counts(module, inputs)
+    fused_norms = counted["GroupNorm+SiLU"] + (1 if name.startswith("gn_") else 0)  # hand-written swish: not F.silu
+    assert found["GroupNormSwishGrad"] == fused_norms, found
+    assert found["SiluBackward"] == counted["SiLU"] and found["MishBackward"] == counted["Mish"], (found, counted)
+    assert found["GroupNormSwish"] == counted["GroupNorm+SiLU"], found  # the forward too, where F.silu follows
+    for what, runner in RUNNERS.items():
+        assert_step_matches(model, module, inputs, runner, f"{name} ({what})")
+
+
+def test_in_place_silu_on_a_view_stays_correct():
+    """silu_ on a slice writes into its base: not substituted (the base is read later), still exact."""
+
+    class SliceSilu(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 8)
+
+        def forward(self, x):
+            h = self.fc(x)
+            F.silu(h[:, :4], inplace=True)
+            return h * 2
+
+    module = make(SliceSilu)
+    inputs = (torch.randn(3, 6),)
+    assert_step_matches(export_training_graph(module, inputs), module, inputs, what="silu_ on a view")
+
+
+def test_float64_module_exports_without_our_ops():
+    """The op set has no float64: such activations keep their spelled-out backward, still exact."""
+    # (onnxruntime has no float64 Conv or InstanceNormalization: no GroupNorm here)
+    module = make(lambda: nn.Sequential(nn.Linear(6, 16), nn.SiLU(), nn.Linear(16, 8), nn.Mish(), nn.Linear(8, 3))).double()
+    inputs = (torch.randn(5, 6, dtype=torch.float64),)
+    loss = lambda out: out.square().mean()  # noqa: E731  (default_loss rounds to float32)
+    model = export_training_graph(module, inputs, loss)
+    assert not ours(model)
+    want, got = torch_step(module, inputs, loss), run_onnxruntime(model, feeds_of(inputs))
+    for name, value in got.items():
+        assert_close(value, want[name], name, tolerance=1e-12)
+
+
+def test_large_inputs_give_no_nan():
+    """|x| up to 90 through SiLU and Mish: finite gradients, equal to PyTorch's."""
+    module = make(lambda: nn.Sequential(nn.Linear(8, 8), nn.SiLU(), nn.Linear(8, 8), nn.Mish(), nn.Linear(8, 2)))
+    with torch.no_grad():
+        module[0].weight.mul_(30)
+    inputs = (torch.randn(4, 8) * 3,)
+    model = export_training_graph(module, inputs)
+    for runner in RUNNERS.values():
+        got = runner(model, feeds_of(inputs))
+        assert all(np.isfinite(v).all() for v in got.values())
+        assert_step_matches(model, module, inputs, runner, "large |x|")
+
+
+# ---- dynamic batch
+
+
+def test_dynamic_batch_runs_at_other_batch_sizes():
+    module = make(lambda: modules.ResBlock(channels=3, hidden=16, groups=4))
+    model = export_training_graph(module, (torch.randn(2, 3, 6, 6),), dynamic_batch=True)
+    (value,) = model.graph.input
+    assert value.type.tensor_type.shape.dim[0].dim_param and value.type.tensor_type.shape.dim[0].dim_value == 0
+    for batch in (1, 5):
+        inputs = (torch.randn(batch, 3, 6, 6),)
+        for runner in RUNNERS.values():
+            assert_step_matches(model, module, inputs, runner, f"batch {batch}")
+
+
+def test_dynamic_batch_with_batch_norm_updates_buffers():
+    module = make(lambda: modules.ConvBNAct(3, 8, 3))
+    model = export_training_graph(module, (torch.randn(4, 3, 6, 6),), dynamic_batch=True)
+    inputs = (torch.randn(3, 3, 6, 6),)
+    assert_step_matches(model, module, inputs, run_kernels, "dynamic BatchNorm")
+
+
+# ---- what cannot be exported
+
+
+@torch.library.custom_op("ascend_grad_test::twist", mutates_args=())
+def twist(x: torch.Tensor) -> torch.Tensor:
+    return x.flip(-1) * 2
+
+
+@torch.library.custom_op("ascend_grad_test::twist_backward", mutates_args=())
+def twist_backward(grad: torch.Tensor) -> torch.Tensor:
+    return grad.flip(-1) * 2
+
+
+twist.register_fake(lambda x: torch.empty_like(x))
+twist_backward.register_fake(lambda grad: torch.empty_like(grad))
+twist.register_autograd(lambda ctx, grad: twist_backward(grad))
+
+
+class Twist(nn.Module):
+    def forward(self, x):
+        return twist(x)
+
+
+def test_every_untranslatable_op_is_named_at_once_with_its_modules():
+    """Two ops without a translation (a forward and its backward), used in two places: one error
+    names both, each with the module paths that use it, before anything is translated."""
+    module = nn.Sequential(nn.Linear(4, 4), Twist(), nn.Sequential(nn.Linear(4, 4), Twist()))
+    steps = []
+    with pytest.raises(UnsupportedOpsError) as caught:
+        export_training_graph(module, (torch.randn(2, 4),), progress=steps.append)
+    assert steps == ["trace", "check"]  # stopped before the translation
+    assert caught.value.ops == {
+        "ascend_grad_test.twist.default": ["1 (Twist)", "2.1 (Twist)"],
+        "ascend_grad_test.twist_backward.default": ["1 (Twist)", "2.1 (Twist)"],
+    }
+    message = str(caught.value)
+    assert "2 ops of the training step have no ONNX translation" in message
+    assert "ascend_grad_test.twist_backward.default: used by 1 (Twist), 2.1 (Twist)" in message
