@@ -19,10 +19,12 @@ def graph_path(name: str) -> Path:
     return path
 
 
-def export_training_graph(module, example_inputs, loss_fn=None, *, dynamic_batch: bool = False, progress=None):
-    """One ONNX graph computing the forward, the loss and the gradients of `module` (SPEC.md, "PyTorch
-    export"; needs PyTorch): see ascend_grad.models.export.training_graph."""
-    from ascend_grad.models.export import training_graph
 
-    return training_graph.export_training_graph(module, example_inputs, loss_fn, dynamic_batch=dynamic_batch,
-                                                progress=progress)
+def __getattr__(name: str):
+    """`export_training_graph` (SPEC.md, "PyTorch export"), imported on first use: it needs PyTorch,
+    the rest of this package does not."""
+    if name == "export_training_graph":
+        from ascend_grad.models.export.training_graph import export_training_graph
+
+        return export_training_graph
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

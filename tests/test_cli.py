@@ -107,7 +107,10 @@ def test_verify_on_a_graph_stock_onnxruntime_cannot_run(tmp_path):
 
 @pytest.mark.parametrize("args", [["fuse"], ["fuse", "a.onnx"], ["fuse", "a.onnx", "-o", "b.onnx", "--target", "gpu"],
                                   ["demo", "--threads", "0"], ["demo", "--threads", "two"], ["demo", "--seconds", "-1"],
-                                  ["demo", "--seconds", "inf"], ["demo", "--graphs", "no_such_graph"]])
+                                  ["demo", "--seconds", "inf"], ["demo", "--graphs", "no_such_graph"],
+                                  ["export", "m:f", "-o", "o.onnx"], ["export", "m:f", "--input", "2,x", "-o", "o.onnx"],
+                                  ["export", "m:f", "--input", "2:int9", "-o", "o.onnx"],
+                                  ["export", "m:f", "--input", "-2", "-o", "o.onnx"]])
 def test_bad_arguments_exit_2(args, tmp_path):
     done = subprocess.run([shutil.which("ascend-grad", path=str(Path(sys.executable).parent)), *args],
                           capture_output=True, text=True, cwd=tmp_path)
@@ -115,9 +118,9 @@ def test_bad_arguments_exit_2(args, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("command", [[], ["ops"], ["fuse"], ["demo"], ["info"], ["bench"], ["bench", "kernels"],
-                                     ["bench", "graph_pass"], ["bench", "training_step"],
-                                     ["bench", "chart"]])
+@pytest.mark.parametrize("command", [[], ["ops"], ["fuse"], ["demo"], ["info"], ["export"], ["bench"],
+                                     ["bench", "kernels"], ["bench", "graph_pass"], ["bench", "training_step"],
+                                     ["bench", "translations"], ["bench", "chart"]])
 def test_help(command):
     done = ascend_grad(*command, "--help")
     assert done.returncode == 0 and done.stdout.startswith(f"usage: {' '.join(['ascend-grad', *command])}"), done.stdout
@@ -240,3 +243,88 @@ def test_internal_error_is_one_line(tmp_path, monkeypatch, capsys):
     assert cli.main(["fuse", str(graph_path("silu_mlp.aot.opt")), "-o", str(tmp_path / "o.onnx")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "internal error: RuntimeError: something we did not expect" in err[0]
+
+
+# ---- ascend-grad export (needs PyTorch)
+
+MODULE_FILE = """
+import torch
+
+def mlp():
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Mish(), torch.nn.Linear(16, 4))
+
+def not_a_module():
+    return 3
+
+def untraceable():
+    class Branchy(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x  # data-dependent control flow: torch.export refuses it
+    return Branchy()
+"""
+
+
+def test_export_a_module_from_its_factory(tmp_path):
+    """package.module:factory, shapes, --fuse, --verify: the graph is written, holds our ops, and
+    matches PyTorch; progress lines go to stderr."""
+    pytest.importorskip("torch")
+    out = tmp_path / "resblock.onnx"
+    done = ascend_grad("export", "ascend_grad.models.modules:ResBlock", "--input", "2,4,8,8", "-o", out, "--fuse",
+                       "--verify", "--dynamic-batch")
+    assert done.returncode == 0, done.stderr
+    assert "GroupNormSwishGrad x1" in done.stdout and "verified 7 outputs against PyTorch" in done.stdout
+    assert "tracing the training step" in done.stderr and "translating to ONNX" in done.stderr
+    model = onnx.load(out)
+    assert [o.name for o in model.graph.output][:2] == ["loss", "grad.conv1.weight"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # --dynamic-batch
+
+
+def test_export_without_fuse_holds_no_ascend_op_and_a_file_module(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "net.py").write_text(MODULE_FILE)
+    out = tmp_path / "mlp.onnx"
+    done = ascend_grad("export", tmp_path / "net.py:mlp", "--input", "3,8", "-o", out, "--verify")
+    assert done.returncode == 0, done.stderr
+    assert "ascend.grad nodes: none" in done.stdout
+    assert not [n for n in onnx.load(out).graph.node if n.domain == "ascend.grad"]
+
+
+@pytest.mark.parametrize(("factory", "fragment"), [
+    ("no_colon", "give the module as package.module:factory"),
+    ("no_such_package_xyz:f", "cannot import no_such_package_xyz"),
+    ("ascend_grad.models.modules:NoSuchThing", "has no attribute 'NoSuchThing'"),
+    ("NET:not_a_module", "returned a int, not a torch.nn.Module"),
+    ("NET:untraceable", "cannot be exported"),
+    ("missing.py:f", "missing.py: no such file"),
+])
+def test_export_bad_modules_are_one_line_errors(tmp_path, factory, fragment):
+    pytest.importorskip("torch")
+    (tmp_path / "net.py").write_text(MODULE_FILE)
+    factory = factory.replace("NET", str(tmp_path / "net.py"))
+    done = ascend_grad("export", factory, "--input", "3,8", "-o", tmp_path / "out.onnx")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("ascend-grad: error:") and fragment in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "out.onnx").exists()
+
+
+def test_export_names_every_untranslatable_op(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "net.py").write_text(MODULE_FILE + """
+@torch.library.custom_op("cli_test::odd", mutates_args=())
+def odd(x: torch.Tensor) -> torch.Tensor:
+    return x.flip(0)
+
+odd.register_fake(lambda x: torch.empty_like(x))
+odd.register_autograd(lambda ctx, grad: grad.flip(0))
+
+class Odd(torch.nn.Module):
+    def forward(self, x):
+        return odd(x)
+
+def odd_net():
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), Odd())
+""")
+    done = ascend_grad("export", f"{tmp_path / 'net.py'}:odd_net", "--input", "3,8", "-o", tmp_path / "out.onnx")
+    assert done.returncode == 2, done.stderr
+    assert "1 op of the training step has no ONNX translation" in done.stderr
+    assert "cli_test.odd.default: used by 1 (Odd)" in done.stderr and not (tmp_path / "out.onnx").exists()

@@ -58,7 +58,9 @@ def math_attention():
     return sdpa_kernel([SDPBackend.MATH])
 
 
-def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch: bool = False, translated=()) -> Joint:
+def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch: bool = False, translated=(),
+          ours: bool = True) -> Joint:
+    """The joint program of one training step; `ours`: with our ops put in (else as PyTorch spells it)."""
     tensors = [k for k, v in enumerate(example_inputs) if isinstance(v, torch.Tensor)]
     constants = {k: v for k, v in enumerate(example_inputs) if k not in tensors}
     wrapped = WithLoss(module, loss_fn, constants)
@@ -68,7 +70,7 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
         batch = torch.export.Dim("batch")
         dynamic = {"tensors": tuple({0: batch} if t.dim() else None for t in args)}
     program = torch.export.export(wrapped, args, dynamic_shapes=dynamic)
-    substituted = substitute(program.graph_module)
+    substituted = substitute(program.graph_module) if ours else Counter()
     joint = _joint(program, decomposition_table(translated))
     gradients, buffers = _user_outputs(joint, wrapped)
     return Joint(program, joint, gradients, buffers, tensors, substituted)

@@ -60,9 +60,10 @@ of initializer ...") stay out of our output."""
 
 
 def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dynamic_batch: bool = False,
-                          progress=None) -> onnx.ModelProto:
+                          fuse: bool = True, progress=None) -> onnx.ModelProto:
     """One graph computing the forward, the loss and the gradients of every parameter that requires
-    grad, plus the updated buffers, with our ops for SiLU, Mish and GroupNorm+SiLU (SPEC.md)."""
+    grad, plus the updated buffers, with our ops for SiLU, Mish and GroupNorm+SiLU (SPEC.md).
+    `fuse=False`: the same graph as PyTorch spells it, without our ops (to compare against)."""
     from torch.onnx._internal.exporter import _core, _decomp
 
     from ascend_grad.graph_passes import fuse_backward_ops
@@ -71,7 +72,7 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     say("trace")
     with _quiet():
-        traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, translated=TABLE)
+        traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, translated=TABLE, ours=fuse)
     say("check")
     registry = _registry()
     with _quiet(), joint.math_attention():
@@ -85,8 +86,11 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
     with _quiet():
         program = _core._exported_program_to_onnx_program(decomposed, registry=registry)
         _optimize(program, traced)
+    model = _interface(program.model_proto, traced)
+    if not fuse:
+        return model
     say("fuse")
-    model, _ = fuse_backward_ops(_interface(program.model_proto, traced))
+    model, _ = fuse_backward_ops(model)
     return model
 
 

@@ -138,6 +138,155 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     return 0
 
 
+TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")
+
+
+def _input_spec(text: str) -> tuple[list[int], str | None]:
+    """--input 2,3,64,64 or 2:int64: a shape (comma-separated, an empty shape for a scalar) and an
+    optional dtype."""
+    shape_text, _, dtype = text.partition(":")
+    try:
+        shape = [int(d) for d in shape_text.split(",") if d.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a shape is comma-separated sizes, e.g. 2,3,64,64 or 2:int64") from None
+    if any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"{text!r}: sizes must not be negative")
+    if dtype and dtype not in TORCH_DTYPES:
+        raise argparse.ArgumentTypeError(f"{text!r}: dtype {dtype!r} is not one of {', '.join(TORCH_DTYPES)}")
+    return shape, dtype or None
+
+
+def _load_factory(spec: str):
+    """`package.module:factory` or `path/to/file.py:factory` -> the callable (a class or function)."""
+    import importlib
+    import importlib.util
+
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name:
+        raise InputError(f"{spec}: give the module as package.module:factory or file.py:factory")
+    try:
+        if where.endswith(".py"):
+            if not os.path.isfile(where):
+                raise InputError(f"{where}: no such file")
+            loaded = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(where))[0], where)
+            module = importlib.util.module_from_spec(loaded)
+            sys.modules[loaded.name] = module
+            loaded.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except InputError:
+        raise
+    except ImportError as error:
+        raise InputError(f"{spec}: cannot import {where}: {error}") from None
+    factory = module
+    for part in name.split("."):
+        if not hasattr(factory, part):
+            raise InputError(f"{spec}: {where} has no attribute {name!r}")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise InputError(f"{spec}: {name} is not callable (give a class or a function returning a torch.nn.Module)")
+    return factory
+
+
+class _Progress:
+    """One line per step on stderr, with the time it took: the slow steps of an export are visible."""
+
+    WHAT = {"trace": "tracing the training step (torch.export, autograd)",
+            "check": "checking every op has an ONNX translation",
+            "translate": "translating to ONNX (torch.onnx with ascend-grad's translations)",
+            "fuse": "fusing what is left (graph pass)"}
+
+    def __init__(self):
+        import time
+
+        self.clock, self.started, self.step = time.perf_counter, time.perf_counter(), None
+
+    def __call__(self, step: str) -> None:
+        self.done()
+        self.step, self.since = step, self.clock()
+        print(f"  {self.WHAT.get(step, step)} ...", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.step is not None:
+            print(f" {self.clock() - self.since:.1f} s", file=sys.stderr, flush=True)
+            self.step = None
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Build a PyTorch module from its factory, export one training step to ONNX, write OUT."""
+    from collections import Counter
+
+    try:
+        import torch
+    except ImportError:
+        raise InputError('export needs PyTorch: pip install "ascend-grad[torch]"') from None
+    from ascend_grad.models.export.training_graph import export_training_graph
+    from ascend_grad.models.export.unsupported import UnsupportedOpsError
+
+    folder = os.path.dirname(os.path.abspath(args.output))
+    if os.path.isdir(args.output) or not os.path.isdir(folder):  # before any work
+        raise InputError(f"{args.output}: cannot write there (" + ("a directory" if os.path.isdir(args.output) else f"no folder {folder}") + ")")
+    factory = _load_factory(args.module)
+    dtype = getattr(torch, args.dtype)
+    torch.manual_seed(args.seed)
+    module = factory()
+    if not isinstance(module, torch.nn.Module):
+        raise InputError(f"{args.module}: returned a {type(module).__name__}, not a torch.nn.Module")
+    module = module.to(dtype)
+    module.train(not args.eval)
+    inputs = tuple(torch.randn(shape, dtype=dtype) if (kind or args.dtype) in ("float32", "float16", "bfloat16", "float64")
+                   else torch.zeros(shape, dtype=getattr(torch, kind)) for shape, kind in args.input)
+    parameters = sum(p.numel() for p in module.parameters())
+    described = ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in inputs)
+    print(f"{args.module}: {type(module).__name__}, {parameters:,} parameters, {'eval' if args.eval else 'train'} mode, "
+          f"inputs {described}", file=sys.stderr)
+    progress = _Progress()
+    try:
+        model = export_training_graph(module, inputs, dynamic_batch=args.dynamic_batch, fuse=args.fuse, progress=progress)
+    except UnsupportedOpsError as error:
+        progress.done()
+        print(f"ascend-grad: error: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # torch.export's refusals (data-dependent control flow, ...): the module's fault
+        progress.done()
+        if os.environ.get("ASCEND_GRAD_DEBUG"):
+            raise
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise InputError(f"{args.module}: cannot be exported: {type(error).__name__}: {first}") from None
+    progress.done()
+    import onnx
+
+    onnx.save(model, args.output, save_as_external_data=model.ByteSize() > 1_800_000_000,
+              location=os.path.basename(args.output) + ".data")
+    ours = Counter(n.op_type for n in model.graph.node if n.domain == ascend_grad.DOMAIN)
+    held = ", ".join(f"{op} x{n}" for op, n in sorted(ours.items())) or "none"
+    print(f"wrote {args.output}: {len(model.graph.node)} nodes, {len(model.graph.output)} outputs "
+          f"(loss, gradients, buffer updates); ascend.grad nodes: {held}")
+    if args.verify:
+        return _verify_export(model, module, inputs)
+    return 0
+
+
+def _verify_export(model, module, inputs) -> int:
+    """Run the graph (with the kernel library) and PyTorch's step in float64; compare every output."""
+    import numpy as np
+
+    from ascend_grad.models.export.reference import torch_step
+    from ascend_grad.testing import TOLERANCE, relative_error, run_kernels
+
+    feeds = {i.name: t.numpy() for i, t in zip(model.graph.input, [t for t in inputs])}
+    got, want = run_kernels(model, feeds), torch_step(module, inputs)
+    errors = {k: relative_error(v, want[k]) for k, v in got.items() if np.issubdtype(v.dtype, np.floating)}
+    worst = max(errors, key=errors.get)
+    bound = 10 * TOLERANCE.get(got["loss"].dtype, 1e-5)
+    print(f"verified {len(got)} outputs against PyTorch (float64): largest relative error {errors[worst]:.2e} "
+          f"({worst}); bound {bound:g}")
+    if errors[worst] > bound:
+        print("ascend-grad: error: the exported graph differs from PyTorch's step", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Fuse the bundled training graphs, verify them, time a training step both ways."""
     from ascend_grad import demo
@@ -249,6 +398,27 @@ def build_parser() -> argparse.ArgumentParser:
                       help="run IN and OUT in onnxruntime (OUT with the kernel library) on random inputs and compare every output")
     fuse.add_argument("--report", metavar="FILE.json", help="write what was fused, and why anything was left alone")
     fuse.set_defaults(run=cmd_fuse)
+
+    export = commands.add_parser(
+        "export", help="export a PyTorch module's training step (forward, loss, backward) to ONNX",
+        description="Build a module from its factory, export one training step (forward, the loss mean(out^2), "
+        "the gradients of every parameter that requires grad, the updated buffers) to ONNX and write OUT. "
+        "With --fuse the backward of every SiLU, Mish and GroupNorm+SiLU is an ascend.grad node. Needs PyTorch.",
+    )
+    export.add_argument("module", metavar="MODULE", help="package.module:factory or file.py:factory (a class or a "
+                        "function returning a torch.nn.Module, called with no arguments)")
+    export.add_argument("--input", type=_input_spec, action="append", required=True, metavar="SHAPE[:DTYPE]",
+                        help="an example input, in order, e.g. 2,3,64,64 or 2:int64 (repeat for each input)")
+    export.add_argument("--dtype", choices=["float32", "float16", "bfloat16", "float64"], default="float32",
+                        help="the module's and the float inputs' dtype (default: %(default)s)")
+    export.add_argument("-o", "--output", metavar="OUT.onnx", required=True)
+    export.add_argument("--fuse", action="store_true", help="ascend.grad nodes for SiLU, Mish and GroupNorm+SiLU backward")
+    export.add_argument("--dynamic-batch", action="store_true", help="dimension 0 of every input symbolic")
+    export.add_argument("--eval", action="store_true", help="the module in eval mode (BatchNorm uses, and keeps, its running statistics)")
+    export.add_argument("--seed", type=int, default=0, help="torch.manual_seed before building the module (default: %(default)s)")
+    export.add_argument("--verify", action="store_true",
+                        help="run the graph in onnxruntime (with the kernel library) and compare every output with PyTorch's step in float64")
+    export.set_defaults(run=cmd_export)
 
     demo = commands.add_parser(
         "demo", help="the main job on the bundled training graphs: fuse, verify, time a training step both ways",
