@@ -20,49 +20,19 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from ascend_grad import ops, runtime_ext
-from ascend_grad.testing import BFLOAT16, group_norm_feeds, random_array, to_ort_value
+from ascend_grad import ops
+from ascend_grad.testing import BFLOAT16, group_norm_feeds, random_array
+from ascend_grad.timing import median_ms, ort_runner
 
 SIZES = [1 << 20, 1 << 24]
 GROUP_NORM_SHAPES = [(2, 320, 64, 64), (8, 128, 32, 32), (1, 512, 128, 128)]
 GROUPS = 32
 DTYPES = {"float32": np.dtype(np.float32), "bfloat16": BFLOAT16, "float16": np.dtype(np.float16)}
 TORCH_DTYPES = {"float32": lambda t: t.float32, "bfloat16": lambda t: t.bfloat16, "float16": lambda t: t.float16}
-
-
-def median_ms(fn, min_seconds=0.4, min_reps=5, max_reps=300) -> float:
-    fn()  # warm up (first-touch, lazy initialisation)
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_reps or (time.perf_counter() - start < min_seconds and len(times) < max_reps):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return float(np.median(times) * 1e3)
-
-
-def _ort_runner(model, feeds, threads, with_kernels):
-    """A zero-argument callable running the model once through IO binding (outputs from the arena)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    if with_kernels:
-        runtime_ext.session_options(options)
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    binding = session.io_binding()
-    values = {name: to_ort_value(value) for name, value in feeds.items()}
-    for name, value in values.items():
-        binding.bind_ortvalue_input(name, value)
-    for output in session.get_outputs():
-        binding.bind_output(output.name, "cpu")
-    return lambda: session.run_with_iobinding(binding)
 
 
 _bandwidth_cache: dict[tuple[int, int], float] = {}
@@ -83,7 +53,7 @@ def stream_bandwidth(array_bytes: int, threads: int) -> float:
         )
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
         a, b = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
-        seconds = median_ms(_ort_runner(model, {"a": a, "b": b}, threads, False)) / 1e3
+        seconds = median_ms(ort_runner(model, {"a": a, "b": b}, threads, False)) / 1e3
         if threads == 1:  # numpy's add is one thread: keep the faster of the two
             c = np.empty_like(a)
             seconds = min(seconds, median_ms(lambda: np.add(a, b, out=c)) / 1e3)
@@ -145,8 +115,8 @@ def elementwise_rows(op_type, n, dtype, threads, torch, compile_too):
     go, x = random_array(rng, n, dtype), random_array(rng, n, dtype, scale=4.0)
     feeds = {"gradOutput": go, "self": x}
     model = ops.make_node_model(op_type, feeds)
-    fused = median_ms(_ort_runner(model, feeds, threads, True))
-    decomposed = median_ms(_ort_runner(model, feeds, threads, False))
+    fused = median_ms(ort_runner(model, feeds, threads, True))
+    decomposed = median_ms(ort_runner(model, feeds, threads, False))
     aten = compiled = None
     if torch is not None:
         tdtype = TORCH_DTYPES[dtype.name](torch)
@@ -163,8 +133,8 @@ def group_norm_rows(shape, dtype, threads, torch, compile_too):
     rng = np.random.default_rng(0)
     feeds = group_norm_feeds(rng, shape, GROUPS, dtype, dtype)
     model = ops.make_node_model("GroupNormSwishGrad", feeds, num_groups=GROUPS)
-    fused = median_ms(_ort_runner(model, feeds, threads, True))
-    decomposed = median_ms(_ort_runner(model, feeds, threads, False))
+    fused = median_ms(ort_runner(model, feeds, threads, True))
+    decomposed = median_ms(ort_runner(model, feeds, threads, False))
     aten = compiled = None
     if torch is not None:
         tdtype = TORCH_DTYPES[dtype.name](torch)

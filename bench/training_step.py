@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ascend_grad.bench.kernels import _ort_runner, _torch, median_ms
+from ascend_grad.bench.kernels import _torch
 from ascend_grad.bench.report import machine, write_section
 from ascend_grad.models import GRAPHS, graph_path
 from ascend_grad.testing import relative_error, run_onnxruntime
+from ascend_grad.timing import median_ms, ort_runner
 
 GRAPH = "resblock_b8.aot.opt"
 TOLERANCE = 1e-4
@@ -120,8 +121,8 @@ def run(threads=(1, 2), graph: str = GRAPH, out=sys.stdout) -> list[Row]:
     for t in threads:
         step = _torch_step(graph, next(iter(feeds.values())), t)
         time = functools.partial(median_ms, min_seconds=2.0)
-        row = Row(t, time(_ort_runner(original, feeds, t, False)), time(_ort_runner(fused, feeds, t, False)),
-                  time(_ort_runner(fused, feeds, t, True)), None if step is None else time(step))
+        row = Row(t, time(ort_runner(original, feeds, t, False)), time(ort_runner(fused, feeds, t, False)),
+                  time(ort_runner(fused, feeds, t, True)), None if step is None else time(step))
         rows.append(row)
         print("| " + " | ".join(row.cells()) + " |", file=out, flush=True)
     ops = ", ".join(f"{op} {n}" for op, n in report.counts.items())

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ascend_grad.bench.kernels import _ort_runner, median_ms
+from ascend_grad.timing import median_ms, ort_runner
 from ascend_grad.bench.report import machine, write_section
 from ascend_grad.testing import relative_error, run_onnxruntime
 
@@ -124,7 +124,7 @@ def measure(torch, case: Case, threads: int) -> Row:
         error = relative_error(g, w.numpy())
         if not error <= TOLERANCE:
             raise AssertionError(f"{case.label}: output {k} differs from PyTorch's by {error:.3g} (relative)")
-    ort_ms = median_ms(_ort_runner(model, feeds, threads, False))
+    ort_ms = median_ms(ort_runner(model, feeds, threads, False))
     torch.set_num_threads(threads)
     torch_ms = median_ms(lambda: op(*tensors, *case.constants))
     return Row(case.label, threads, ort_ms, torch_ms)

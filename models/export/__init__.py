@@ -14,4 +14,4 @@ TABLE = {**ascend.TABLE, **convolution.TABLE, **normalization.TABLE, **pooling.T
 DECOMPOSE = normalization.DECOMPOSE
 
 
-from ascend_grad.models.export.training_graph import export_training_graph  # noqa: E402  (it reads TABLE)
+from ascend_grad.models.export.training_graph import export_training_graph  # noqa: E402, F401  (it reads TABLE)

@@ -18,7 +18,6 @@ import logging
 import warnings
 
 import onnx
-import torch
 from torch import nn
 
 from ascend_grad.models.export import DECOMPOSE, TABLE, joint, unsupported

@@ -188,28 +188,11 @@ def _load_factory(spec: str):
     return factory
 
 
-class _Progress:
-    """One line per step on stderr, with the time it took: the slow steps of an export are visible."""
-
-    WHAT = {"trace": "tracing the training step (torch.export, autograd)",
-            "check": "checking every op has an ONNX translation",
-            "translate": "translating to ONNX (torch.onnx with ascend-grad's translations)",
-            "fuse": "fusing what is left (graph pass)"}
-
-    def __init__(self):
-        import time
-
-        self.clock, self.started, self.step = time.perf_counter, time.perf_counter(), None
-
-    def __call__(self, step: str) -> None:
-        self.done()
-        self.step, self.since = step, self.clock()
-        print(f"  {self.WHAT.get(step, step)} ...", end="", file=sys.stderr, flush=True)
-
-    def done(self) -> None:
-        if self.step is not None:
-            print(f" {self.clock() - self.since:.1f} s", file=sys.stderr, flush=True)
-            self.step = None
+# what export_training_graph's steps are called on the command line
+EXPORT_STEPS = {"trace": "tracing the training step (torch.export, autograd)",
+                "check": "checking every op has an ONNX translation",
+                "translate": "translating to ONNX (torch.onnx with ascend-grad's translations)",
+                "fuse": "fusing what is left (graph pass)"}
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -222,6 +205,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise InputError('export needs PyTorch: pip install "ascend-grad[torch]"') from None
     from ascend_grad.models.export.training_graph import export_training_graph
     from ascend_grad.models.export.unsupported import UnsupportedOpsError
+    from ascend_grad.progress import Progress
 
     folder = os.path.dirname(os.path.abspath(args.output))
     if os.path.isdir(args.output) or not os.path.isdir(folder):  # before any work
@@ -240,20 +224,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     described = ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in inputs)
     print(f"{args.module}: {type(module).__name__}, {parameters:,} parameters, {'eval' if args.eval else 'train'} mode, "
           f"inputs {described}", file=sys.stderr)
-    progress = _Progress()
+    progress = Progress().follow(EXPORT_STEPS)
     try:
         model = export_training_graph(module, inputs, dynamic_batch=args.dynamic_batch, fuse=args.fuse, progress=progress)
     except UnsupportedOpsError as error:
-        progress.done()
+        progress()
         print(f"ascend-grad: error: {error}", file=sys.stderr)
         return 2
     except Exception as error:  # torch.export's refusals (data-dependent control flow, ...): the module's fault
-        progress.done()
+        progress()
         if os.environ.get("ASCEND_GRAD_DEBUG"):
             raise
         first = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise InputError(f"{args.module}: cannot be exported: {type(error).__name__}: {first}") from None
-    progress.done()
+    progress()
     import onnx
 
     onnx.save(model, args.output, save_as_external_data=model.ByteSize() > 1_800_000_000,

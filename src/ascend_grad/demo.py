@@ -9,45 +9,15 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
+
+from ascend_grad.progress import Progress
+from ascend_grad.timing import median_ms, node_times, ort_runner
 
 # the ResBlock (Conv -> GroupNorm(32) -> SiLU -> Conv, batch 8) is the one timed; the MLPs show
 # the SiLU and Mish gradients
 GRAPHS = ("resblock_b8.aot.opt", "silu_mlp.aot.opt", "mish_mlp.aot.opt")
 TIMED = "resblock_b8.aot.opt"
-
-
-class Progress:
-    """One line per step on stderr; on a terminal the line counts the seconds while it runs."""
-
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
-
-    @contextmanager
-    def step(self, label: str):
-        start = time.perf_counter()
-        done = threading.Event()
-        ticker = None
-        if self.live:
-            def tick():
-                while not done.wait(0.2):
-                    self.stream.write(f"\r  {label} ... {time.perf_counter() - start:.1f} s")
-                    self.stream.flush()
-
-            ticker = threading.Thread(target=tick, daemon=True)
-            ticker.start()
-        try:
-            yield
-        finally:
-            done.set()
-            if ticker is not None:
-                ticker.join()
-            self.stream.write(f"{chr(13) if self.live else ''}  {label} ... {time.perf_counter() - start:.1f} s\n")
-            self.stream.flush()
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -65,47 +35,13 @@ def _speed(before_ms: float, after_ms: float) -> str:
 def time_step(original, fused, feeds, threads: int, seconds: float) -> tuple[float, float]:
     """Median ms of one run of the original graph (stock onnxruntime) and of the fused graph (with
     the kernel library), alternating rounds so drift in the machine hits both alike."""
-    from ascend_grad.bench.kernels import _ort_runner, median_ms
-
-    run_original = _ort_runner(original, feeds, threads, False)
-    run_fused = _ort_runner(fused, feeds, threads, True)
+    run_original = ort_runner(original, feeds, threads, False)
+    run_fused = ort_runner(fused, feeds, threads, True)
     originals, fuseds = [], []
     for _ in range(3):
         originals.append(median_ms(run_original, min_seconds=seconds / 6))
         fuseds.append(median_ms(run_fused, min_seconds=seconds / 6))
     return sorted(originals)[1], sorted(fuseds)[1]
-
-
-def node_times(model, feeds, threads: int, with_kernels: bool, runs: int = 20) -> dict[str, float]:
-    """Mean ms per run of each node, from onnxruntime's profiler."""
-    import onnxruntime as ort
-
-    from ascend_grad import runtime_ext
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    options.enable_profiling = True
-    options.profile_file_prefix = os.path.join(_scratch(), "profile")
-    if with_kernels:
-        runtime_ext.session_options(options)
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    session.run(None, feeds)  # warm up: not profiled separately, so averaged in below
-    for _ in range(runs):
-        session.run(None, feeds)
-    path = session.end_profiling()
-    times: dict[str, float] = {}
-    for event in json.loads(Path(path).read_text()):
-        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
-            name = event["name"][: -len("_kernel_time")]
-            times[name] = times.get(name, 0.0) + event["dur"] / 1e3 / (runs + 1)
-    os.remove(path)
-    return times
-
-
-def _scratch() -> str:
-    import tempfile
-
-    return tempfile.gettempdir()
 
 
 def replaced_vs_fused(original, fused, feeds, threads: int) -> tuple[float, int, float, int]:
