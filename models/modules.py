@@ -198,3 +198,36 @@ class TinyClassifier(nn.Module):
 
     def forward(self, x):
         return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+
+
+# ---- real models from their library (diffusers: a test dependency, imported only here), small
+# configs with the library's default block types, attention included
+
+
+def diffusers_unet():
+    """diffusers' UNet2DModel with its default block types (three attention down blocks, a mid block
+    with attention, three attention up blocks), small: 32/64 channels, one ResNet per block, 32
+    groups (G == C in the 32-channel blocks). Inputs: sample (N, 3, 16, 16), timestep (N,) int64."""
+    import diffusers
+
+    return diffusers.UNet2DModel(sample_size=16, in_channels=3, out_channels=3, layers_per_block=1,
+                                 block_out_channels=(32, 32, 64, 64))
+
+
+def diffusers_vae():
+    """diffusers' AutoencoderKL with two down/up blocks (a stride-2 conv after an asymmetric pad,
+    nearest upsampling) and its attention mid blocks, 32 groups. Input: sample (N, 3, 16, 16)."""
+    import diffusers
+
+    return diffusers.AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, layers_per_block=1,
+                                   block_out_channels=(32, 64), down_block_types=("DownEncoderBlock2D",) * 2,
+                                   up_block_types=("UpDecoderBlock2D",) * 2, sample_size=16)
+
+
+# the models the tests and `ascend-grad bench models` run: name -> (factory, example inputs for a batch of n)
+REAL_MODELS = {
+    "unet": (diffusers_unet, lambda n: (torch.randn(n, 3, 16, 16), torch.arange(n) * 97 % 1000)),
+    "vae": (diffusers_vae, lambda n: (torch.randn(n, 3, 16, 16),)),
+    "detector": (TinyDetector, lambda n: (torch.randn(n, 3, 64, 64),)),
+    "classifier": (TinyClassifier, lambda n: (torch.randn(n, 3, 32, 32),)),
+}

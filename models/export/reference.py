@@ -3,6 +3,7 @@
 - `torch_step`: one training step in eager PyTorch (autograd), keyed by the exported graph's output
   names: `loss`, `grad.<parameter>` for the parameters that require grad, `buffer.<name>` for every
   buffer (its value after the step). In float64 by default: the reference the float32 graph is held to.
+- `step_errors`: how far a graph's outputs are from that step, output by output.
 - `activation_counts`: how many SiLU, Mish and GroupNorm-then-SiLU the module's forward calls,
   counted at the torch.nn.functional level (independently of the exporter), so a test can say
   whether every one of them ended as an ascend.grad node.
@@ -43,6 +44,31 @@ def torch_step(module: torch.nn.Module, example_inputs, loss_fn=None, dtype=torc
     result.update({f"grad.{n}": (torch.zeros_like(p) if g is None else g).numpy() for (n, p), g in zip(params, grads)})
     result.update({f"buffer.{n}": b.detach().numpy() for n, b in model.named_buffers()})
     return result
+
+
+def step_errors(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> dict[str, float]:
+    """max |got - want| / max |want| for each output of `got` (an integer output: 0 if equal, else inf).
+
+    An output that is zero by the math (a bias whose shift the next BatchNorm removes, the running
+    mean of a normalised input) has no scale of its own: its float32 value is the rounding left by
+    cancelling terms of the size of the other outputs of its kind, so it is measured against the
+    largest of them (gradients against the largest gradient, buffers against the largest buffer).
+    """
+    largest = {kind: max((float(np.abs(v).max()) for k, v in want.items() if k.startswith(kind) and v.size), default=0.0)
+               for kind in ("grad.", "buffer.")}
+    errors = {}
+    for name, value in got.items():
+        ref = want[name]
+        if np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype, np.bool_):
+            errors[name] = 0.0 if np.array_equal(value, ref) else float("inf")
+            continue
+        scale = float(np.abs(ref).max()) if ref.size else 0.0
+        kind = next((k for k in largest if name.startswith(k)), None)
+        if kind and scale < 1e-12 * largest[kind]:  # zero by the math
+            scale = largest[kind]
+        diff = np.abs(value.astype(np.float64) - ref).max() if ref.size else 0.0
+        errors[name] = float(diff / scale) if scale else float(diff)
+    return errors
 
 
 class _Counter(TorchFunctionMode):

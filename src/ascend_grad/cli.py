@@ -253,14 +253,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def _verify_export(model, module, inputs) -> int:
     """Run the graph (with the kernel library) and PyTorch's step in float64; compare every output."""
-    import numpy as np
+    from ascend_grad.models.export.reference import step_errors, torch_step
+    from ascend_grad.testing import TOLERANCE, run_kernels
 
-    from ascend_grad.models.export.reference import torch_step
-    from ascend_grad.testing import TOLERANCE, relative_error, run_kernels
-
-    feeds = {i.name: t.numpy() for i, t in zip(model.graph.input, [t for t in inputs])}
+    feeds = {i.name: t.numpy() for i, t in zip(model.graph.input, inputs)}
     got, want = run_kernels(model, feeds), torch_step(module, inputs)
-    errors = {k: relative_error(v, want[k]) for k, v in got.items() if np.issubdtype(v.dtype, np.floating)}
+    errors = step_errors(got, want)
     worst = max(errors, key=errors.get)
     bound = 10 * TOLERANCE.get(got["loss"].dtype, 1e-5)
     print(f"verified {len(got)} outputs against PyTorch (float64): largest relative error {errors[worst]:.2e} "
@@ -321,6 +319,7 @@ BENCHMARKS = {
     "kernels": "the fused kernels vs ATen, torch.compile, the decomposed graph and the memory floor",
     "training_step": "a whole training step of a bundled graph, original vs fused",
     "graph_pass": "the graph pass's time by graph size",
+    "models": "export and a training step of real models (diffusers UNet/VAE, CNNs): fused vs plain vs torch",
     "translations": "each ATen backward translation of models/export in onnxruntime vs PyTorch eager",
     "chart": "the kernel benchmark as a PNG chart",
 }
@@ -422,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(run=cmd_info)
 
     bench = commands.add_parser(
-        "bench", help="run a benchmark (kernels, training_step, graph_pass, translations, chart)",
+        "bench", help="run a benchmark (kernels, training_step, models, translations, graph_pass, chart)",
         description="Run a benchmark; the options after its name are its own (ascend-grad bench kernels --help).\n"
         + "\n".join(f"  {name:14s} {text}" for name, text in BENCHMARKS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
