@@ -35,7 +35,7 @@ def _loss_in(dtype):
 def torch_step(module: torch.nn.Module, example_inputs, loss_fn=None, dtype=torch.float64) -> dict[str, np.ndarray]:
     """Loss, gradients and buffers after one step of a copy of `module` (the module is not touched),
     its floating-point parameters, buffers and inputs cast to `dtype`."""
-    model = copy.deepcopy(module).to(dtype)
+    model = torch.nn.Module.to(copy.deepcopy(module), dtype)  # (not a subclass override: diffusers warns in its own)
     inputs = [t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in example_inputs]
     loss = (loss_fn or _loss_in(dtype))(model(*inputs))
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]

@@ -216,7 +216,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     module = factory()
     if not isinstance(module, torch.nn.Module):
         raise InputError(f"{args.module}: returned a {type(module).__name__}, not a torch.nn.Module")
-    module = module.to(dtype)
+    module = torch.nn.Module.to(module, dtype)  # (not a subclass override: diffusers warns in its own)
     module.train(not args.eval)
     inputs = tuple(torch.randn(shape, dtype=dtype) if (kind or args.dtype) in ("float32", "float16", "bfloat16", "float64")
                    else torch.zeros(shape, dtype=getattr(torch, kind)) for shape, kind in args.input)
