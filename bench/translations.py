@@ -48,23 +48,54 @@ def _randn(torch, *shape):
 # and diffusers' UNet2DModel / AutoencoderKL
 
 
-def _conv(n, c_in, c_out, hw, k, stride=1, padding=0, groups=1):
-    """convolution_backward of a 2-D conv on an (n, c_in, hw, hw) input."""
-    out = (hw + 2 * padding - k) // stride + 1
+def _conv(n, c_in, c_out, size, k, stride=1, padding=0, groups=1, dilation=1, transposed=False, output_padding=0,
+          mask=(True, True, True)):
+    """convolution_backward of a convolution over an (n, c_in, *size) input (1-D to 3-D; size an int
+    is a square 2-D one), kernel k on each axis; a transposed one is the ConvTranspose's."""
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    rank = len(size)
+    if transposed:
+        out = [(s - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 for s in size]
+        weight = (c_in, c_out // groups, *[k] * rank)
+    else:
+        out = [(s + 2 * padding - dilation * (k - 1) - 1) // stride + 1 for s in size]
+        weight = (c_out, c_in // groups, *[k] * rank)
+    label = (f"{'convT' if transposed else 'conv'}{rank}d {c_in}->{c_out} k{k} s{stride} p{padding}"
+             + (f" d{dilation}" if dilation != 1 else "") + (f" g{groups}" if groups != 1 else "")
+             + (f" op{output_padding}" if output_padding else "") + ("" if all(mask) else f" mask{''.join('1' if m else '0' for m in mask)}")
+             + f" ({n}, {c_in}, {', '.join(map(str, size))})")
     return Case(
-        f"conv {c_in}->{c_out} k{k} s{stride} p{padding} g{groups} ({n}, {c_in}, {hw}, {hw})",
+        label,
         lambda torch: torch.ops.aten.convolution_backward.default,
-        lambda torch: (_randn(torch, n, c_out, out, out), _randn(torch, n, c_in, hw, hw), _randn(torch, c_out, c_in // groups, k, k)),
-        ([c_out], [stride] * 2, [padding] * 2, [1, 1], False, [0, 0], groups, [True, True, True]),
+        lambda torch: (_randn(torch, n, c_out, *out), _randn(torch, n, c_in, *size), _randn(torch, *weight)),
+        ([c_out], [stride] * rank, [padding] * rank, [dilation] * rank, transposed, [output_padding] * rank, groups, list(mask)),
     )
 
 
 CASES: dict[str, list[Case]] = {
     "convolution": [
+        # diffusion UNet / VAE (diffusers' ResnetBlock2D, Downsample2D, Upsample, AutoencoderKL)
         _conv(8, 4, 64, 32, 3, padding=1),  # the demo ResBlock's first conv
         _conv(8, 64, 4, 32, 3, padding=1),  # and its last
         _conv(2, 128, 128, 32, 3, padding=1),  # a UNet ResBlock conv
+        _conv(8, 32, 32, 64, 3, padding=1),  # a small VAE's first level
+        _conv(4, 256, 256, 16, 3, padding=1),
+        _conv(2, 512, 512, 8, 3, padding=1),  # the bottleneck
         _conv(2, 128, 128, 32, 3, stride=2, padding=1),  # a UNet Downsample2D
+        _conv(2, 128, 128, 33, 3, stride=2),  # a VAE Downsample2D: F.pad(0, 1, 0, 1), then padding 0
+        _conv(2, 128, 256, 32, 1),  # a 1x1 shortcut where the channels change
+        _conv(8, 3, 32, 64, 3, stride=2, padding=1, mask=(False, True, True)),  # a network's first conv: no grad_input
+        # CNNs (MobileNet / EfficientNet blocks)
+        _conv(8, 64, 64, 32, 3, padding=1, groups=64),  # depthwise 3x3
+        _conv(8, 128, 128, 32, 3, stride=2, padding=1, groups=128),  # depthwise 3x3, stride 2
+        _conv(8, 96, 96, 16, 5, padding=2, groups=96),  # depthwise 5x5
+        _conv(8, 256, 256, 16, 5, stride=2, padding=2, groups=256),  # depthwise 5x5, stride 2
+        _conv(8, 64, 128, 32, 1),  # pointwise 1x1
+        _conv(8, 128, 128, 16, 3, padding=1, groups=4),  # grouped (ResNeXt-style)
+        # 1-D, 3-D, transposed
+        _conv(8, 64, 64, (256,), 3, padding=1),  # a 1-D conv (audio, sequences)
+        _conv(2, 32, 32, (8, 16, 16), 3, padding=1),  # a 3-D conv (video)
+        _conv(2, 128, 64, 16, 4, stride=2, padding=1, transposed=True),  # a 4x4 stride-2 ConvTranspose2d upsampler
     ],
     "pooling": [],
 }

@@ -1,83 +1,271 @@
-"""The convolution family: `aten.convolution_backward`, the gradient of every Conv, which torch.onnx
-(torch 2.13) cannot export."""
+"""The convolution family: `aten.convolution_backward`, the gradient of every Conv and ConvTranspose
+(1-D, 2-D, 3-D; any stride, padding, dilation, groups), which torch.onnx (torch 2.13) cannot export.
+
+ATen's convolution, per spatial axis with kernel k, stride s, padding p, dilation d:
+
+    y[n, o, Y] = sum over the i of o's group and the taps a of  x[n, i, s*Y + d*a - p] * w[o, i, a]
+
+so S_out = (S + 2p - d(k - 1) - 1) // s + 1 (input rows past the last window get no gradient). A
+transposed convolution is the adjoint of that map: its grad_input is that Conv of grad_output, and
+its grad_weight is the plain convolution's with input and grad_output swapped.
+
+onnxruntime has no im2col-free kernel for a weight gradient, so the taps' windows are materialised
+(Slice) and one GEMM per group sums over N * S; which tensor is windowed, and how grad_input is
+spelled, is chosen per case from measurements (see _plan).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import product
+
 import torch
+from onnx_ir import DataType
 from onnxscript import opset18 as op
 
-_TO_END = 2**63 - 1  # a Slice end: up to the end of the axis
 _TO_START = -(2**63)  # a Slice end with step -1: down to the start of the axis
+# onnxruntime's CPU kernels for Conv, MatMul, Gemm have no bfloat16, and its float16 ones sum in
+# float16 (a K = N * H * W reduction would lose the 1e-3 bound): both are computed in float32.
+_IN_FLOAT32 = {DataType.FLOAT16, DataType.BFLOAT16}
 
 
 def _ints(values):
-    return op.Constant(value_ints=list(values))
+    return op.Constant(value_ints=[int(v) for v in values])
 
 
-def _windows(value, offsets, channels):
-    """(C, N, H', W') -> (len(offsets) * C, N * H * W): the windows value[:, :, y0 : H' + y1, x0 : W' + x1]
-    for each ((y0, x0), (y1, x1)) in offsets (y1, x1 <= 0), one after the other."""
-    windows = [
-        op.Slice(value, _ints(begin), _ints([e or _TO_END for e in end]), _ints([2, 3])) for begin, end in offsets
-    ]
-    return op.Reshape(op.Concat(*windows, axis=0), _ints([len(offsets) * channels, -1]))
+def _sizes(value) -> list[int | None]:
+    """value's dimensions, None where symbolic."""
+    return [d if isinstance(d, int) else None for d in value.shape]
 
 
-def _rows(value, channels):
-    """(N, C, H, W) -> (C, N * H * W)."""
-    return op.Reshape(op.Transpose(value, perm=[1, 0, 2, 3]), _ints([channels, -1]))
+@dataclass(frozen=True)
+class _Geometry:
+    """A convolution's static description; per spatial axis: kernel, stride, padding, dilation."""
+
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    groups: int
+
+    @property
+    def rank(self) -> int:
+        return len(self.kernel)
+
+    @property
+    def spatial(self) -> list[int]:
+        return list(range(2, 2 + self.rank))
+
+    @property
+    def taps(self) -> list[tuple[int, ...]]:
+        """The kernel positions, row-major (the order of a weight's trailing axes)."""
+        return list(product(*(range(k) for k in self.kernel)))
+
+    def conv_attributes(self) -> dict:
+        return {"strides": list(self.stride), "dilations": list(self.dilation), "group": self.groups}
 
 
 def convolution_backward(
     grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups, output_mask
 ):
-    """grad_input, grad_weight, grad_bias of a plain 2-D convolution (stride 1, dilation 1, groups 1).
-
-    grad_weight[o, i, a, b] = sum over n, y, x of grad_output[n, o, y, x] * padded_input[n, i, y + a, x + b]
-    is one GEMM over n, y, x: the kh * kw shifted windows of whichever of input and grad_output has
-    fewer channels, stacked, against the other (onnxruntime runs the Conv with grad_output as a
-    Hout x Wout kernel, the textbook spelling, several times slower). grad_input is a Conv of
-    grad_output with the flipped, transposed weight when it has more channels than grad_output (where
-    onnxruntime's ConvTranspose is slow), else the ConvTranspose.
-    """
-    if transposed or groups != 1 or len(stride) != 2 or any(v != 1 for v in [*stride, *dilation]):
-        raise NotImplementedError("convolution_backward: only 2-D convolutions with stride 1, dilation 1, groups 1")
-    pads = list(padding) * 2
-    grad_bias = op.ReduceSum(grad_output, _ints([0, 2, 3]), keepdims=0)
-    shape = list(weight.shape) if weight.shape is not None else []
-    if len(shape) != 4 or not all(isinstance(d, int) for d in shape):  # sizes unknown: the textbook spelling
-        grad_input = op.ConvTranspose(grad_output, weight, pads=pads)
-        # dW[o, i] = sum_n x[n, i] (*) dy[n, o]: a convolution over the batch with batch and channels swapped
-        swapped = op.Conv(op.Transpose(input, perm=[1, 0, 2, 3]), op.Transpose(grad_output, perm=[1, 0, 2, 3]), pads=pads)
-        return grad_input, op.Transpose(swapped, perm=[1, 0, 2, 3]), grad_bias
-    c_out, c_in, kh, kw = shape
-    ph, pw = padding
-    taps = [(a, b) for a in range(kh) for b in range(kw)]
-
-    if c_in <= c_out:  # windows of the padded input, Hout x Wout each: (kh * kw * c_in, K) against (c_out, K)
-        padded = op.Transpose(input, perm=[1, 0, 2, 3])
-        if ph or pw:
-            padded = op.Pad(padded, _ints([0, 0, ph, pw, 0, 0, ph, pw]))
-        windows = _windows(padded, [((a, b), (a - kh + 1, b - kw + 1)) for a, b in taps], c_in)
-        product = op.Gemm(windows, _rows(grad_output, c_out), transB=1)  # (kh * kw * c_in, c_out)
-        grad_weight = op.Transpose(op.Reshape(product, _ints([kh, kw, c_in, c_out])), perm=[3, 2, 0, 1])
-    else:  # windows of grad_output over the input's H x W, grad_output[n, o, y + ph - a, x + pw - b]
-        # (0 outside): (kh * kw * c_out, K) against (c_in, K)
-        qh, qw = max(0, kh - 1 - ph), max(0, kw - 1 - pw)  # zeros needed around grad_output
-        framed = op.Transpose(grad_output, perm=[1, 0, 2, 3])
-        if qh or qw:
-            framed = op.Pad(framed, _ints([0, 0, qh, qw, 0, 0, qh, qw]))
-        offsets = [((ph - a + qh, pw - b + qw), (kh - 1 - a - ph - qh, kw - 1 - b - pw - qw)) for a, b in taps]
-        product = op.Gemm(_windows(framed, offsets, c_out), _rows(input, c_in), transB=1)  # (kh * kw * c_out, c_in)
-        grad_weight = op.Transpose(op.Reshape(product, _ints([kh, kw, c_out, c_in])), perm=[2, 3, 0, 1])
-
-    if c_in > c_out and ph < kh and pw < kw:
-        flipped = op.Slice(weight, _ints([-1, -1]), _ints([_TO_START, _TO_START]), _ints([2, 3]), _ints([-1, -1]))
-        full = [kh - 1 - ph, kw - 1 - pw] * 2
-        grad_input = op.Conv(grad_output, op.Transpose(flipped, perm=[1, 0, 2, 3]), pads=full)
+    """grad_input, grad_weight, grad_bias of `convolution(input, weight, bias, stride, padding,
+    dilation, transposed, output_padding, groups)`. An output whose output_mask entry is False is
+    not computed; torch.onnx needs a value in its place (None fails in the exporter), so it gets a
+    constant that nothing reads, which the exporter's optimizer and onnxruntime drop."""
+    dtype = input.dtype
+    if dtype in _IN_FLOAT32:
+        grad_output, input, weight = (_as_float32(v) for v in (grad_output, input, weight))
+    elif dtype != DataType.FLOAT:
+        raise NotImplementedError(f"convolution_backward: dtype {dtype} (onnxruntime's CPU Conv takes float32, float16)")
+    if not all(isinstance(v, int) for v in weight.shape) or len(weight.shape) not in (3, 4, 5):
+        raise NotImplementedError(f"convolution_backward: a weight of shape {weight.shape} (1-D to 3-D, static sizes)")
+    geometry = _Geometry(tuple(weight.shape[2:]), tuple(stride), tuple(padding), tuple(dilation), groups)
+    want_input, want_weight, want_bias = output_mask
+    grad_input = grad_weight = grad_bias = None
+    if transposed:  # the adjoint: the plain convolution's formulas with input and grad_output swapped
+        if want_input:
+            grad_input = _transposed_input_gradient(grad_output, weight, geometry, output_padding)
+        if want_weight:
+            grad_weight = _weight_gradient(input, grad_output, geometry)
+    elif want_input and want_weight and _windows_of_grad_output_pay(grad_output, input, geometry):
+        grad_input, grad_weight = _gradients_from_output_windows(grad_output, input, weight, geometry)
     else:
-        grad_input = op.ConvTranspose(grad_output, weight, pads=pads)
-    return grad_input, grad_weight, grad_bias
+        if want_input:
+            grad_input = _input_gradient(grad_output, weight, input, geometry)
+        if want_weight:
+            grad_weight = _weight_gradient(grad_output, input, geometry)
+    if want_bias:
+        grad_bias = op.ReduceSum(grad_output, _ints([0, *geometry.spatial]), keepdims=0)
+    return tuple(
+        op.Constant(value_float=0.0) if v is None else op.Cast(v, to=dtype) if dtype in _IN_FLOAT32 else v
+        for v in (grad_input, grad_weight, grad_bias)
+    )
+
+
+def _as_float32(value):
+    cast = op.Cast(value, to=DataType.FLOAT)
+    cast.shape = value.shape  # the sizes the plan reads
+    return cast
+
+
+# ---- windows
+
+
+def _windows(value, starts, extent, steps, axis: int, pads=None):
+    """value (padded by `pads`, ONNX Pad order, when given) sliced over its trailing len(steps) axes
+    from each of `starts` (one list per tap) over `extent` with `steps`, the slices stacked on a new
+    axis `axis`."""
+    if pads is not None and any(pads):
+        value = op.Pad(value, _ints(pads))
+    rank = len(steps)
+    spatial = _ints(range(-rank, 0))
+    step = _ints(steps)
+    slices = []
+    for start in starts:
+        stop = [b + e for b, e in zip(start, extent)] if isinstance(extent, list) else op.Add(_ints(start), extent)
+        stop = _ints(stop) if isinstance(stop, list) else stop
+        slices.append(op.Unsqueeze(op.Slice(value, _ints(start), stop, spatial, step), _ints([axis])))
+    return op.Concat(*slices, axis=axis)
+
+
+def _channels_first(value):
+    """(N, C, *S) -> (C, N, *S)."""
+    return op.Transpose(value, perm=[1, 0, *range(2, len(value.shape))])
+
+
+def _gemm_over_k(rows, m: int, columns, p: int, shape):
+    """rows (g, m, K) x columns (g, p, K) summed over K -> (g, m, p), reshaped to `shape`. The operand
+    with fewer rows is the one transposed: MLAS packs that one, and packing the (K, 288) windows of
+    a 32-channel conv cost more than the product (4.5 ms against 2.8 ms for (8, 32, 64, 64))."""
+    if m >= p:
+        product_ = op.MatMul(rows, op.Transpose(columns, perm=[0, 2, 1]))
+    else:
+        product_ = op.Transpose(op.MatMul(columns, op.Transpose(rows, perm=[0, 2, 1])), perm=[0, 2, 1])
+    return op.Reshape(product_, _ints(shape))
+
+
+# ---- grad_weight from windows of the input
+
+
+def _weight_gradient(grad_output, input, geometry: _Geometry):
+    """grad_weight[o, i, a] = sum over n, Y of grad_output[n, o, Y] * padded_input[n, G(o) + i, s*Y + d*a]
+    (G(o): the first input channel of o's group): (C_out, C_in / groups, *kernel). The windows of
+    the input, one per tap: (C_in, taps, K) with K = N * S_out, against grad_output as (C_out, K);
+    per group one GEMM over K."""
+    g, c_out, c_in = geometry.groups, grad_output.shape[1], input.shape[1]
+    extent = _extent(grad_output, geometry)
+    sizes = _sizes(input)[2:]
+    if isinstance(extent, list) and all(v is not None for v in sizes):  # pad the end only as far as the last window reaches
+        end = [max(0, d * (k - 1) + e - n - p) for k, d, e, n, p in
+               zip(geometry.kernel, geometry.dilation, extent, sizes, geometry.padding)]
+    else:
+        end = list(geometry.padding)
+    starts = [[d * a for d, a in zip(geometry.dilation, tap)] for tap in geometry.taps]
+    pads = [0, 0, *geometry.padding, 0, 0, *end]
+    windows = _windows(_channels_first(input), starts, extent, geometry.stride, axis=1, pads=pads)
+    taps = len(geometry.taps)
+    windows = op.Reshape(windows, _ints([g, c_in // g * taps, -1]))
+    rows = op.Reshape(_channels_first(grad_output), _ints([g, c_out // g, -1]))
+    return _gemm_over_k(rows, c_out // g, windows, c_in // g * taps, [c_out, c_in // g, *geometry.kernel])
+
+
+def _extent(grad_output, geometry: _Geometry):
+    """Per spatial axis, the span s * (S_out - 1) + 1 that a window covers in the padded input (ints
+    when grad_output's sizes are static, else a tensor)."""
+    sizes = _sizes(grad_output)[2:]
+    if all(v is not None for v in sizes):
+        return [s * (n - 1) + 1 for s, n in zip(geometry.stride, sizes)]
+    ones = _ints([1] * geometry.rank)
+    return op.Add(op.Mul(_ints(geometry.stride), op.Sub(op.Shape(grad_output, start=2), ones)), ones)
+
+
+# ---- grad_input and grad_weight from windows of grad_output (stride 1, C_out < C_in)
+
+
+def _windows_of_grad_output_pay(grad_output, input, geometry: _Geometry) -> bool:
+    """With stride 1, both gradients are GEMMs against the windows of grad_output over the input's
+    positions: one im2col of the smaller side instead of the input's windows plus onnxruntime's own
+    im2col inside the Conv. Measured: conv 64->4 k3 p1 (8, 64, 32, 32) 0.45 ms against 2.7 ms
+    (windows of the input + Conv); with C_out >= C_in the windows are no smaller and the Conv wins."""
+    c_out, c_in = grad_output.shape[1], input.shape[1]
+    static = all(v is not None for v in _sizes(input)[2:])
+    return static and all(s == 1 for s in geometry.stride) and c_out < c_in
+
+
+def _gradients_from_output_windows(grad_output, input, weight, geometry: _Geometry):
+    """windows[n, o, a, X] = grad_output[n, o, X + p - d*a] (0 outside), for the input's positions X:
+        grad_input[n, i, X] = sum over o, a of weight[o, i, a] * windows[n, o, a, X]
+        grad_weight[o, i, a] = sum over n, X of windows[n, o, a, X] * input[n, i, X]
+    kept batched over N ((N, C_out * taps, S), no transposes of the activations)."""
+    g, c_out, c_in = geometry.groups, grad_output.shape[1], input.shape[1]
+    sizes = _sizes(input)[2:]
+    lead = [max(0, d * (k - 1) - p) for k, p, d in zip(geometry.kernel, geometry.padding, geometry.dilation)]
+    starts = [[p - d * a + q for a, p, d, q in zip(tap, geometry.padding, geometry.dilation, lead)] for tap in geometry.taps]
+    windows = _windows(grad_output, starts, sizes, [1] * geometry.rank, axis=2, pads=[0, 0, *lead, 0, 0, *lead])
+    taps = len(geometry.taps)
+    windows = op.Reshape(windows, _ints([0, g, c_out // g * taps, -1]))  # (N, g, C_out/g * taps, S)
+    # weight (C_out, C_in/g, taps) -> per group (C_in/g, C_out/g * taps)
+    matrix = op.Reshape(weight, _ints([g, c_out // g, c_in // g, taps]))
+    matrix = op.Reshape(op.Transpose(matrix, perm=[0, 2, 1, 3]), _ints([g, c_in // g, c_out // g * taps]))
+    grad_input = op.Reshape(op.MatMul(matrix, windows), _ints([-1, c_in, *sizes]))
+    rows = op.Reshape(input, _ints([0, g, c_in // g, -1]))  # (N, g, C_in/g, S)
+    per_sample = op.MatMul(windows, op.Transpose(rows, perm=[0, 1, 3, 2]))  # (N, g, C_out/g * taps, C_in/g)
+    summed = op.Reshape(op.ReduceSum(per_sample, _ints([0]), keepdims=0), _ints([c_out, taps, c_in // g]))
+    grad_weight = op.Reshape(op.Transpose(summed, perm=[0, 2, 1]), _ints([c_out, c_in // g, *geometry.kernel]))
+    return grad_input, grad_weight
+
+
+# ---- grad_input
+
+
+def _input_gradient(grad_output, weight, input, geometry: _Geometry):
+    """grad_input of a plain convolution: with stride 1 and C_in >= C_out, the Conv of grad_output
+    with the flipped, transposed weight (conv 128->128 k3 p1 (2, 128, 32, 32): 2.6 ms against 2.8
+    for the ConvTranspose, and onnxruntime's NCHWc kernels take it when the weight is an
+    initializer: 2.2 ms); else the ConvTranspose with the same weight, whose GEMM runs over C_out
+    (conv 4->64 (8, 4, 32, 32): 0.3 ms against 1.0 ms for the Conv)."""
+    c_out, c_in = weight.shape[0], input.shape[1]
+    reach = [d * (k - 1) - p for k, p, d in zip(geometry.kernel, geometry.padding, geometry.dilation)]
+    if all(s == 1 for s in geometry.stride) and c_in >= c_out and min(reach) >= 0:
+        return op.Conv(grad_output, _flipped_transposed(weight, geometry), pads=reach * 2, **geometry.conv_attributes())
+    sizes = _sizes(input)[2:]
+    if all(v is not None for v in sizes):
+        # rows past the last window: uncropped at the end (fewer end pads), or zeros (output_padding)
+        spare = [n + 2 * p - d * (k - 1) - 1 - (n + 2 * p - d * (k - 1) - 1) // s * s
+                 for n, k, s, p, d in zip(sizes, geometry.kernel, geometry.stride, geometry.padding, geometry.dilation)]
+        return op.ConvTranspose(
+            grad_output, weight, pads=[*geometry.padding, *[max(p - r, 0) for p, r in zip(geometry.padding, spare)]],
+            output_padding=[max(r - p, 0) for p, r in zip(geometry.padding, spare)], **geometry.conv_attributes(),
+        )
+    # symbolic sizes: crop nothing at the end, reach at least the input's size, cut to it
+    full = op.ConvTranspose(
+        grad_output, weight, pads=[*geometry.padding, *[0] * geometry.rank],
+        output_padding=[s - 1 for s in geometry.stride], **geometry.conv_attributes(),
+    )
+    return op.Slice(full, _ints([0] * geometry.rank), op.Shape(input, start=2), _ints(geometry.spatial))
+
+
+def _flipped_transposed(weight, geometry: _Geometry):
+    """weight (C_out, C_in/g, *k) -> (C_in, C_out/g, *k), taps reversed: the weight of the adjoint."""
+    c_out, c_in_g = weight.shape[0], weight.shape[1]
+    g, rank = geometry.groups, geometry.rank
+    flipped = op.Slice(weight, _ints([-1] * rank), _ints([_TO_START] * rank), _ints(geometry.spatial), _ints([-1] * rank))
+    if g == 1:
+        return op.Transpose(flipped, perm=[1, 0, *geometry.spatial])
+    grouped = op.Reshape(flipped, _ints([g, c_out // g, c_in_g, *geometry.kernel]))
+    swapped = op.Transpose(grouped, perm=[0, 2, 1, *range(3, 3 + rank)])
+    return op.Reshape(swapped, _ints([g * c_in_g, c_out // g, *geometry.kernel]))
+
+
+def _transposed_input_gradient(grad_output, weight, geometry: _Geometry, output_padding):
+    """grad_input of a transposed convolution: the plain Conv of grad_output. Its size is the
+    input's, plus output_padding // stride rows when output_padding >= stride (dilation > stride)."""
+    result = op.Conv(grad_output, weight, pads=list(geometry.padding) * 2, **geometry.conv_attributes())
+    extra = [q // s for q, s in zip(output_padding, geometry.stride)]
+    if any(extra):
+        ends = [-e if e else 2**63 - 1 for e in extra]
+        result = op.Slice(result, _ints([0] * geometry.rank), _ints(ends), _ints(geometry.spatial))
+    return result
 
 
 TABLE = {torch.ops.aten.convolution_backward.default: convolution_backward}
