@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_structure
 from torch.export import ExportedProgram
-from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec
+from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
 from ascend_grad.models.export.interface import WithLoss
 from ascend_grad.models.export.substitute import substitute
@@ -71,9 +71,26 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
         dynamic = {"tensors": tuple({0: batch} if t.dim() else None for t in args)}
     program = torch.export.export(wrapped, args, dynamic_shapes=dynamic)
     substituted = substitute(program.graph_module) if ours else Counter()
+    # AOTAutograd refuses a parameter that requires grad but gets none (unused in this forward):
+    # such parameters are traced as frozen (their traced values, not the module's, stop requiring
+    # grad) and given zero gradients afterwards, as torch's None
+    unused = _unused_parameters(program)
     joint = _joint(program, decomposition_table(translated))
-    gradients, buffers = _user_outputs(joint, wrapped)
+    gradients, buffers = _user_outputs(joint, wrapped, unused)
     return Joint(program, joint, gradients, buffers, tensors, substituted)
+
+
+def _unused_parameters(program: ExportedProgram) -> set[str]:
+    """The parameters requiring grad that the forward never reads, made not to require it in the
+    traced program (the joint trace reads requires_grad from the placeholders' traced values)."""
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    unused = set()
+    for node, name in program.graph_signature.inputs_to_parameters.items():
+        value = placeholders[node].meta["val"]
+        if value.requires_grad and not placeholders[node].users:
+            placeholders[node].meta["val"] = value.detach()
+            unused.add(name)
+    return unused
 
 
 def _joint(program: ExportedProgram, table: dict) -> ExportedProgram:
@@ -88,8 +105,9 @@ def _joint(program: ExportedProgram, table: dict) -> ExportedProgram:
     return joint._update(graph_module, signature)
 
 
-def _user_outputs(joint: ExportedProgram, wrapped: WithLoss) -> tuple[list[str], list[str]]:
-    """Reorder the joint graph's outputs to loss, gradients, buffer updates, all user outputs."""
+def _user_outputs(joint: ExportedProgram, wrapped: WithLoss, unused: set[str]) -> tuple[list[str], list[str]]:
+    """Reorder the joint graph's outputs to loss, gradients, buffer updates, all user outputs; the
+    `unused` parameters' gradients are zeros."""
     output = next(n for n in reversed(joint.graph.nodes) if n.op == "output")
     values = list(output.args[0])
     specs = joint.graph_signature.output_specs
@@ -100,6 +118,15 @@ def _user_outputs(joint: ExportedProgram, wrapped: WithLoss) -> tuple[list[str],
                                       f"({spec.target}), which SPEC.md's interface has no place for")
         by_kind[spec.kind][spec.target] = (value, spec)
     (loss,) = by_kind[OutputKind.LOSS_OUTPUT].values()
+    if unused:
+        placeholders = {n.name: n for n in joint.graph.nodes if n.op == "placeholder"}
+        for node, name in joint.graph_signature.inputs_to_parameters.items():
+            if name in unused:
+                with joint.graph.inserting_before(output):
+                    zeros = joint.graph.call_function(torch.ops.aten.zeros_like.default, (placeholders[node],))
+                zeros.meta["val"] = placeholders[node].meta["val"]
+                by_kind[OutputKind.GRADIENT_TO_PARAMETER][name] = (zeros, OutputSpec(
+                    kind=OutputKind.GRADIENT_TO_PARAMETER, arg=TensorArgument(name=zeros.name), target=name))
     gradients = [n for n, _ in wrapped.named_parameters() if n in by_kind[OutputKind.GRADIENT_TO_PARAMETER]]
     buffers = [n for n, _ in wrapped.named_buffers() if n in by_kind[OutputKind.BUFFER_MUTATION]]
     ordered = [loss] + [by_kind[OutputKind.GRADIENT_TO_PARAMETER][n] for n in gradients]

@@ -97,6 +97,28 @@ def test_interface_names_inputs_parameters_gradients_and_buffers():
         assert_step_matches(model, module, inputs, runner, "Net")
 
 
+def test_a_parameter_the_forward_never_reads_gets_a_zero_gradient():
+    """PyTorch gives it None (AOTAutograd refuses it outright); the graph keeps SPEC's interface."""
+
+    class Unused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.spare = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x):
+            return F.silu(self.used(x))
+
+    module = make(Unused)
+    inputs = (torch.randn(3, 4),)
+    model = export_training_graph(module, inputs)
+    outputs = [o.name for o in model.graph.output]
+    assert outputs == ["loss", "grad.used.weight", "grad.used.bias", "grad.spare.weight", "grad.spare.bias"]
+    got = run_kernels(model, feeds_of(inputs))
+    assert not got["grad.spare.weight"].any() and got["grad.spare.weight"].shape == (4, 4)
+    assert_step_matches(model, module, inputs, what="unused parameter")
+    assert all(p.requires_grad for p in module.parameters())  # the module itself is left as it was
+
+
 def test_eval_mode_updates_no_buffer_and_uses_the_running_statistics():
     module = make(lambda: modules.ConvBNAct(3, 8, 3)).eval()
     inputs = (torch.randn(2, 3, 5, 7),)
@@ -156,6 +178,55 @@ def test_every_activation_becomes_our_op_and_the_step_matches(name):
     assert found["GroupNormSwishGrad"] == fused_norms, found
     assert found["SiluBackward"] == counted["SiLU"] and found["MishBackward"] == counted["Mish"], (found, counted)
     assert found["GroupNormSwish"] == counted["GroupNorm+SiLU"], found  # the forward too, where F.silu follows
+    for what, runner in RUNNERS.items():
+        assert_step_matches(model, module, inputs, runner, f"{name} ({what})")
+
+
+class Attention(nn.Module):
+    """q, k, v projections and F.scaled_dot_product_attention, with a mask or causal."""
+
+    def __init__(self, causal: bool, masked: bool):
+        super().__init__()
+        self.qkv, self.out = nn.Linear(16, 48), nn.Linear(16, 16)
+        self.causal, self.masked = causal, masked
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).unflatten(-1, (3, 2, 8)).permute(2, 0, 3, 1, 4)  # (N, heads 2, L, 8) each
+        mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril(1) if self.masked else None
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
+        return self.out(F.silu(y.transpose(1, 2).flatten(2)))
+
+
+LAYERS = {
+    # the other layers of real models, around one of our activations: their backward must export too
+    "layer_norm_gelu": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(), nn.SiLU(), nn.Linear(16, 4)),
+                        lambda: (torch.randn(3, 5, 8),)),
+    "embedding": (lambda: nn.Sequential(nn.Embedding(10, 8), nn.Mish(), nn.Linear(8, 4)), lambda: (torch.tensor([[1, 2, 2, 9]]),)),
+    # (a head after the encoder's final LayerNorm: mean(LayerNorm(x)^2) is 1 up to eps, whose gradient
+    # would be nothing but rounding)
+    "multihead_attention": (lambda: nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation=F.silu,
+                                                                             batch_first=True), nn.Linear(16, 3)),
+                            lambda: (torch.randn(2, 5, 16),)),
+    "sdpa_causal": (lambda: Attention(causal=True, masked=False), lambda: (torch.randn(2, 6, 16),)),
+    "sdpa_mask": (lambda: Attention(causal=False, masked=True), lambda: (torch.randn(2, 6, 16),)),
+    "relu_family": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.LeakyReLU(0.1), nn.Hardswish(), nn.SiLU(),
+                                          nn.ReLU6(), nn.Conv2d(8, 4, 1)), lambda: (torch.randn(2, 3, 7, 7),)),
+    "conv_transpose_pixel_shuffle": (lambda: nn.Sequential(nn.ConvTranspose2d(4, 8, 4, 2, 1), nn.SiLU(), nn.Conv2d(8, 16, 1),
+                                                           nn.PixelShuffle(2)), lambda: (torch.randn(2, 4, 5, 5),)),
+    "instance_norm": (lambda: nn.Sequential(nn.Conv2d(3, 8, 3), nn.InstanceNorm2d(8, affine=True), nn.SiLU()),
+                      lambda: (torch.randn(2, 3, 6, 6),)),
+    "bilinear_upsample": (lambda: nn.Sequential(nn.Conv2d(3, 8, 1), nn.Upsample(scale_factor=2, mode="bilinear"), nn.SiLU()),
+                          lambda: (torch.randn(2, 3, 5, 4),)),
+}
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_other_layers_export_around_our_ops(name):
+    factory, make_inputs = LAYERS[name]
+    module, inputs = make(factory), make_inputs()
+    model = export_training_graph(module, inputs)
+    counted = activation_counts(module, inputs)
+    assert sum(ours(model)[op] for op in ("SiluBackward", "MishBackward")) == counted["SiLU"] + counted["Mish"] > 0
     for what, runner in RUNNERS.items():
         assert_step_matches(model, module, inputs, runner, f"{name} ({what})")
 
