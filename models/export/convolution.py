@@ -16,6 +16,7 @@ spelled, is chosen per case from measurements (see _plan).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import product
 
@@ -179,39 +180,47 @@ def _extent(grad_output, geometry: _Geometry):
     return op.Add(op.Mul(_ints(geometry.stride), op.Sub(op.Shape(grad_output, start=2), ones)), ones)
 
 
-# ---- grad_input and grad_weight from windows of grad_output (stride 1, C_out < C_in)
+# ---- grad_input and grad_weight from windows of grad_output (stride 1)
 
 
 def _windows_of_grad_output_pay(grad_output, input, geometry: _Geometry) -> bool:
-    """With stride 1, both gradients are GEMMs against the windows of grad_output over the input's
-    positions: one im2col of the smaller side instead of the input's windows plus onnxruntime's own
-    im2col inside the Conv. Measured: conv 64->4 k3 p1 (8, 64, 32, 32) 0.45 ms against 2.7 ms
-    (windows of the input + Conv); with C_out >= C_in the windows are no smaller and the Conv wins."""
+    """With stride 1, both gradients are GEMMs against one set of windows of grad_output over the
+    input's positions, instead of the input's windows for grad_weight plus onnxruntime's own im2col
+    inside the Conv for grad_input. Measured (1 thread, ms, against windows of the input + Conv):
+    conv 64->4 k3 p1 (8, 64, 32, 32) 0.54 against 2.7 (fewer windows: C_out < C_in); 512->512 at
+    (2, 512, 8, 8) 7.4 against 12.0, 256->256 at (4, 256, 8, 8) 2.9 against 3.9, 320->320 at
+    (2, 320, 16, 16) 8.7 against 9.9 (small images: one GEMM over N * H * W where onnxruntime's Conv
+    runs one per image); at 32x32 and above with C_out >= C_in, and whenever C_out > C_in (more
+    windows: 128->256 at 16x16 3.0 against 2.8), the Conv or ConvTranspose is as fast or faster."""
     c_out, c_in = grad_output.shape[1], input.shape[1]
-    static = all(v is not None for v in _sizes(input)[2:])
-    return static and all(s == 1 for s in geometry.stride) and c_out < c_in
+    sizes = _sizes(input)[2:]
+    if not all(v is not None for v in sizes) or any(s != 1 for s in geometry.stride):
+        return False
+    return c_out < c_in or (c_out == c_in and math.prod(sizes) <= 256)
 
 
 def _gradients_from_output_windows(grad_output, input, weight, geometry: _Geometry):
-    """windows[n, o, a, X] = grad_output[n, o, X + p - d*a] (0 outside), for the input's positions X:
-        grad_input[n, i, X] = sum over o, a of weight[o, i, a] * windows[n, o, a, X]
-        grad_weight[o, i, a] = sum over n, X of windows[n, o, a, X] * input[n, i, X]
-    kept batched over N ((N, C_out * taps, S), no transposes of the activations)."""
+    """windows[a, o, n, X] = grad_output[n, o, X + p - d*a] (0 outside) at the input's positions X:
+        grad_input[n, i, X] = sum over o, a of weight[o, i, a] * windows[a, o, n, X]
+        grad_weight[o, i, a] = sum over n, X of windows[a, o, n, X] * input[n, i, X]
+    per group, with K = N * S as one GEMM dimension: windows (g, taps * C_out/g, K)."""
     g, c_out, c_in = geometry.groups, grad_output.shape[1], input.shape[1]
+    c_out_g, c_in_g, taps = c_out // g, c_in // g, len(geometry.taps)
     sizes = _sizes(input)[2:]
     lead = [max(0, d * (k - 1) - p) for k, p, d in zip(geometry.kernel, geometry.padding, geometry.dilation)]
     starts = [[p - d * a + q for a, p, d, q in zip(tap, geometry.padding, geometry.dilation, lead)] for tap in geometry.taps]
-    windows = _windows(grad_output, starts, sizes, [1] * geometry.rank, axis=2, pads=[0, 0, *lead, 0, 0, *lead])
-    taps = len(geometry.taps)
-    windows = op.Reshape(windows, _ints([0, g, c_out // g * taps, -1]))  # (N, g, C_out/g * taps, S)
-    # weight (C_out, C_in/g, taps) -> per group (C_in/g, C_out/g * taps)
-    matrix = op.Reshape(weight, _ints([g, c_out // g, c_in // g, taps]))
-    matrix = op.Reshape(op.Transpose(matrix, perm=[0, 2, 1, 3]), _ints([g, c_in // g, c_out // g * taps]))
-    grad_input = op.Reshape(op.MatMul(matrix, windows), _ints([-1, c_in, *sizes]))
-    rows = op.Reshape(input, _ints([0, g, c_in // g, -1]))  # (N, g, C_in/g, S)
-    per_sample = op.MatMul(windows, op.Transpose(rows, perm=[0, 1, 3, 2]))  # (N, g, C_out/g * taps, C_in/g)
-    summed = op.Reshape(op.ReduceSum(per_sample, _ints([0]), keepdims=0), _ints([c_out, taps, c_in // g]))
-    grad_weight = op.Reshape(op.Transpose(summed, perm=[0, 2, 1]), _ints([c_out, c_in // g, *geometry.kernel]))
+    grouped = op.Reshape(_channels_first(grad_output), _ints([g, c_out_g, -1, *_sizes(grad_output)[2:]]))
+    windows = _windows(grouped, starts, sizes, [1] * geometry.rank, axis=1, pads=[0, 0, 0, *lead, 0, 0, 0, *lead])
+    windows = op.Reshape(windows, _ints([g, taps * c_out_g, -1]))
+    # weight (C_out, C_in/g, taps) -> per group (taps * C_out/g, C_in/g): a transpose of whole rows
+    # (onnxruntime's Transpose moving 9-float blocks, (512, 512, 9) -> (512, 9, 512) is 1.4 ms; this 0.2)
+    matrix = op.Transpose(op.Reshape(weight, _ints([g, c_out_g * c_in_g, taps])), perm=[0, 2, 1])
+    matrix = op.Reshape(matrix, _ints([g, taps * c_out_g, c_in_g]))
+    rows = op.MatMul(op.Transpose(matrix, perm=[0, 2, 1]), windows)  # (g, C_in/g, K)
+    grad_input = op.Transpose(op.Reshape(rows, _ints([c_in, -1, *sizes])), perm=[1, 0, *geometry.spatial])
+    x_rows = op.Reshape(_channels_first(input), _ints([g, c_in_g, -1]))
+    product_ = _gemm_over_k(windows, taps * c_out_g, x_rows, c_in_g, [g, taps, c_out_g * c_in_g])
+    grad_weight = op.Reshape(op.Transpose(product_, perm=[0, 2, 1]), _ints([c_out, c_in_g, *geometry.kernel]))
     return grad_input, grad_weight
 
 
@@ -246,15 +255,16 @@ def _input_gradient(grad_output, weight, input, geometry: _Geometry):
 
 
 def _flipped_transposed(weight, geometry: _Geometry):
-    """weight (C_out, C_in/g, *k) -> (C_in, C_out/g, *k), taps reversed: the weight of the adjoint."""
+    """weight (C_out, C_in/g, *k) -> (C_in, C_out/g, *k) with the taps reversed: the adjoint's weight.
+    Spelled with transposes that move whole rows ((C_out, C_in/g, taps) -> (C_out, taps, C_in/g),
+    then per group (C_out/g * taps, C_in/g) -> (C_in/g, C_out/g * taps)): onnxruntime's Transpose
+    (1, 0, 2, 3), moving 9-float blocks, takes 1.4 ms on a 512 x 512 x 3 x 3 weight; these 0.5 ms."""
     c_out, c_in_g = weight.shape[0], weight.shape[1]
-    g, rank = geometry.groups, geometry.rank
-    flipped = op.Slice(weight, _ints([-1] * rank), _ints([_TO_START] * rank), _ints(geometry.spatial), _ints([-1] * rank))
-    if g == 1:
-        return op.Transpose(flipped, perm=[1, 0, *geometry.spatial])
-    grouped = op.Reshape(flipped, _ints([g, c_out // g, c_in_g, *geometry.kernel]))
-    swapped = op.Transpose(grouped, perm=[0, 2, 1, *range(3, 3 + rank)])
-    return op.Reshape(swapped, _ints([g * c_in_g, c_out // g, *geometry.kernel]))
+    g, taps = geometry.groups, len(geometry.taps)
+    by_tap = op.Transpose(op.Reshape(weight, _ints([c_out, c_in_g, taps])), perm=[0, 2, 1])
+    flipped = op.Slice(by_tap, _ints([-1]), _ints([_TO_START]), _ints([1]), _ints([-1]))
+    rows = op.Reshape(flipped, _ints([g, c_out // g * taps, c_in_g]))
+    return op.Reshape(op.Transpose(rows, perm=[0, 2, 1]), _ints([g * c_in_g, c_out // g, *geometry.kernel]))
 
 
 def _transposed_input_gradient(grad_output, weight, geometry: _Geometry, output_padding):
