@@ -6,7 +6,9 @@ runs our translation, against PyTorch eager running the op itself, on the same s
 A case is one call of an ATen op with fixed arguments. Its translation is exported alone (a module
 whose forward is that call, torch.onnx with models.export.TABLE) and run in onnxruntime (IO
 binding, intra-op threads as given, inter-op 1); PyTorch runs the same call eagerly
-(torch.set_num_threads). Before timing, every output is checked against PyTorch's (relative error
+(torch.set_num_threads). A case with `exported` exports that instead, on the same arguments: the
+spelling a joint graph holds today (upsampling's index_put decomposition), timed against the same
+eager op. Before timing, every output is checked against PyTorch's (relative error
 <= 1e-4 of max |torch|; a mismatch raises). It prints medians (ms) and torch / onnxruntime (higher
 is better for us). --write puts the table in bench/results.md, section "## Translations".
 """
@@ -38,6 +40,7 @@ class Case:
     op: Callable  # e.g. lambda torch: torch.ops.aten.convolution_backward.default
     make_tensors: Callable
     constants: tuple = ()
+    exported: Callable | None = None  # exported instead of op (same arguments), e.g. _as_joint's decomposition
 
 
 def _randn(torch, *shape):
@@ -72,6 +75,70 @@ def _conv(n, c_in, c_out, size, k, stride=1, padding=0, groups=1, dilation=1, tr
     )
 
 
+def _as_joint(torch, forward, input_size):
+    """The backward of `forward` as a joint graph holds it (AOTAutograd with PyTorch's core
+    decompositions, which spell upsampling as index / index_put): a traced function of grad_output."""
+    from torch._decomp import core_aten_decompositions
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def backward(grad_output):
+        x = torch.zeros(input_size, requires_grad=True)  # the op is linear: its backward ignores x
+        return torch.autograd.grad(forward(x), x, grad_output)[0]
+
+    with enable_python_dispatcher():  # as AOTAutograd traces: upsampling's Python decompositions apply
+        return make_fx(backward, decomposition_table=core_aten_decompositions())(torch.zeros(forward(torch.zeros(input_size)).shape))
+
+
+def _upsample(mode, n, c, hw, align_corners=None, as_joint=False):
+    """The backward of a 2x upsampling of an (n, c, hw, hw) input: ours, or (as_joint) the
+    index_put decomposition a joint graph holds today."""
+    out = 2 * hw
+    name = {"nearest": "upsample_nearest2d_backward", "bilinear": "upsample_bilinear2d_backward"}[mode]
+    corners = () if mode == "nearest" else (align_corners,)
+    label = f"{mode} 2x{'' if align_corners is None else f' ac{int(align_corners)}'} ({n}, {c}, {hw}, {hw})"
+
+    def decomposed(torch):
+        import torch.nn.functional as F
+
+        kwargs = {} if mode == "nearest" else {"align_corners": align_corners}
+        traced = _as_joint(torch, lambda x: F.interpolate(x, scale_factor=2, mode=mode, **kwargs), (n, c, hw, hw))
+        return lambda grad_output, *constants: traced(grad_output)
+
+    return Case(label + (", as the joint holds it" if as_joint else ""), lambda torch: getattr(torch.ops.aten, name).default,
+                lambda torch: (_randn(torch, n, c, out, out),), ([out, out], [n, c, hw, hw], *corners, 2.0, 2.0),
+                exported=decomposed if as_joint else None)
+
+
+def _max_pool(n, c, hw, k, stride, padding=0):
+    """max_pool2d_with_indices_backward (its indices are its last argument) with real indices."""
+
+    def make(torch):
+        x = _randn(torch, n, c, hw, hw)
+        y, indices = torch.ops.aten.max_pool2d_with_indices.default(x, [k, k], [stride] * 2, [padding] * 2)
+        return _randn(torch, *y.shape), x, indices
+
+    def call(torch):
+        return lambda g, x, indices, *constants: torch.ops.aten.max_pool2d_with_indices_backward.default(g, x, *constants, indices)
+
+    return Case(f"max_pool2d k{k} s{stride} p{padding} ({n}, {c}, {hw}, {hw})", call, make,
+                ([k, k], [stride] * 2, [padding] * 2, [1, 1], False))
+
+
+def _avg_pool(n, c, hw, k, stride, padding=0):
+    out = (hw + 2 * padding - k) // stride + 1
+    return Case(f"avg_pool2d k{k} s{stride} p{padding} ({n}, {c}, {hw}, {hw})",
+                lambda torch: torch.ops.aten.avg_pool2d_backward.default,
+                lambda torch: (_randn(torch, n, c, out, out), _randn(torch, n, c, hw, hw)),
+                ([k, k], [stride] * 2, [padding] * 2, False, True, None))
+
+
+def _adaptive_avg_pool(n, c, hw, out):
+    return Case(f"adaptive_avg_pool2d to {out}x{out} ({n}, {c}, {hw}, {hw})",
+                lambda torch: torch.ops.aten._adaptive_avg_pool2d_backward.default,
+                lambda torch: (_randn(torch, n, c, out, out), _randn(torch, n, c, hw, hw)))
+
+
 CASES: dict[str, list[Case]] = {
     "convolution": [
         # diffusion UNet / VAE (diffusers' ResnetBlock2D, Downsample2D, Upsample, AutoencoderKL)
@@ -97,7 +164,27 @@ CASES: dict[str, list[Case]] = {
         _conv(2, 32, 32, (8, 16, 16), 3, padding=1),  # a 3-D conv (video)
         _conv(2, 128, 64, 16, 4, stride=2, padding=1, transposed=True),  # a 4x4 stride-2 ConvTranspose2d upsampler
     ],
-    "pooling": [],
+    "pooling": [
+        # diffusion UNet / VAE upsamplers (diffusers' Upsample2D: nearest 2x, then a conv)
+        _upsample("nearest", 2, 128, 64),
+        _upsample("nearest", 2, 128, 64, as_joint=True),
+        _upsample("nearest", 2, 256, 32),
+        _upsample("nearest", 2, 512, 16),
+        _upsample("nearest", 2, 512, 16, as_joint=True),
+        _upsample("bilinear", 2, 128, 32, align_corners=False),  # FPN / segmentation heads
+        _upsample("bilinear", 2, 128, 32, align_corners=False, as_joint=True),
+        _upsample("bilinear", 2, 128, 32, align_corners=True),
+        _upsample("bilinear", 2, 64, 128, align_corners=False),  # larger: a MatMul's work grows with the width
+        # YOLO's SPPF: three max pools k5 s1 p2 in a row
+        _max_pool(2, 256, 20, 5, 1, 2),
+        _max_pool(2, 64, 64, 2, 2),  # VGG / UNet encoder downsampling
+        _max_pool(2, 64, 112, 3, 2, 1),  # ResNet's stem
+        _avg_pool(2, 128, 32, 2, 2),  # DenseNet transition, Inception-style downsampling
+        _avg_pool(2, 128, 32, 3, 1, 1),  # Inception's pool branch
+        _adaptive_avg_pool(2, 512, 7, 1),  # classifier heads (a joint graph holds a mean instead)
+        _adaptive_avg_pool(2, 512, 14, 7),  # VGG / AlexNet's head, bins dividing the input
+        _adaptive_avg_pool(2, 512, 10, 7),  # the same at another resolution: bins overlap
+    ],
 }
 
 
@@ -123,7 +210,7 @@ def _export(torch, case: Case, tensors):
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(_Call(torch, case.op(torch), case.constants), tensors, dynamo=True,
+        program = torch.onnx.export(_Call(torch, (case.exported or case.op)(torch), case.constants), tensors, dynamo=True,
                                     custom_translation_table=TABLE, verbose=False)
     return program.model_proto
 
