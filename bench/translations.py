@@ -110,6 +110,22 @@ def _upsample(mode, n, c, hw, align_corners=None, as_joint=False):
                 exported=decomposed if as_joint else None)
 
 
+def _pixel_shuffle(n, c, hw, factor, decomposed=False):
+    """The backward of pixel_shuffle (a pixel_unshuffle) of an (n, c, hw, hw) input: ours, or
+    (decomposed) PyTorch's decomposition (a view, a permute and a view: Reshape / Transpose), which a
+    joint graph held before pixel_shuffle was in our TABLE."""
+    out = hw * factor
+
+    def torch_decomposition(torch):
+        traced = _as_joint(torch, lambda x: torch.nn.functional.pixel_shuffle(x, factor), (n, c, hw, hw))
+        return lambda grad_output, *constants: traced(grad_output)
+
+    return Case(f"pixel_shuffle {factor} ({n}, {c}, {hw}, {hw})" + (", torch's decomposition" if decomposed else ""),
+                lambda torch: torch.ops.aten.pixel_unshuffle.default,
+                lambda torch: (_randn(torch, n, c // factor**2, out, out),), (factor,),
+                exported=torch_decomposition if decomposed else None)
+
+
 def _max_pool(n, c, hw, k, stride, padding=0):
     """max_pool2d_with_indices_backward (its indices are its last argument) with real indices."""
 
@@ -175,6 +191,8 @@ CASES: dict[str, list[Case]] = {
         _upsample("bilinear", 2, 128, 32, align_corners=False, as_joint=True),
         _upsample("bilinear", 2, 128, 32, align_corners=True),
         _upsample("bilinear", 2, 64, 128, align_corners=False),  # larger: a MatMul's work grows with the width
+        _pixel_shuffle(2, 256, 32, 2),  # sub-pixel upsamplers (ESPCN, some VAE decoders)
+        _pixel_shuffle(2, 256, 32, 2, decomposed=True),
         # YOLO's SPPF: three max pools k5 s1 p2 in a row
         _max_pool(2, 256, 20, 5, 1, 2),
         _max_pool(2, 64, 64, 2, 2),  # VGG / UNet encoder downsampling

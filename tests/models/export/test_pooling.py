@@ -339,6 +339,26 @@ def test_unbatched():
     ])
 
 
+def test_pixel_shuffle():
+    """Each the other's backward; any leading dims."""
+    g = torch.Generator().manual_seed(0)
+
+    def call(op, shape, factor):
+        x = randn(*shape, generator=g)
+        return Variant(f"{op.__name__} {factor} {shape}", lambda x: op(x, factor), (x,))
+
+    check([
+        call(aten.pixel_shuffle.default, (2, 12, 5, 7), 2),
+        call(aten.pixel_shuffle.default, (2, 18, 5, 7), 3),
+        call(aten.pixel_shuffle.default, (8, 5, 7), 2),  # unbatched
+        call(aten.pixel_shuffle.default, (2, 3, 8, 5, 7), 2),  # two leading dims
+        call(aten.pixel_unshuffle.default, (2, 3, 10, 14), 2),
+        call(aten.pixel_unshuffle.default, (2, 2, 9, 6), 3),
+        call(aten.pixel_unshuffle.default, (3, 10, 14), 2),
+        call(aten.pixel_unshuffle.default, (2, 3, 2, 10, 14), 2),
+    ])
+
+
 # ---- a symbolic batch, symbolic spatial sizes
 
 
@@ -475,6 +495,14 @@ def test_joint_graph(name):
     module = factory()
     x = torch.randint(0, 3, shape).float() if integers else torch.randn(shape)
     assert_step(export_joint(module, (x,)), module, x)
+
+
+def test_export_training_graph():
+    """The exporter keeps the ops of our TABLE whole in the joint graph (routes.export_joint lets
+    PyTorch decompose pixel_shuffle): here they reach our translations."""
+    torch.manual_seed(0)
+    module, x = decoder(), torch.randn(2, 3, 7, 9)
+    assert_step(export_training_graph(module, (x,)), module, x)
 
 
 def test_joint_graph_symbolic_batch():
