@@ -153,25 +153,25 @@ def _per_axis(values, rank: int) -> list[int]:
     return values * rank if len(values) == 1 else values
 
 
-def _avg_pool_matrix(size, kernel, stride, padding, ceil_mode, count_include_pad, sums: bool) -> np.ndarray:
-    """Along one axis: avg_pool2d with this axis's arguments and a kernel of 1 along the other; with
-    `sums`, the window sums (a divisor of 1)."""
-    return _axis_matrix(lambda x: torch.ops.aten.avg_pool2d(
-        x.unsqueeze(-1), [kernel, 1], [stride, 1], [padding, 0], ceil_mode, count_include_pad, 1 if sums else None), size)
-
-
-def _avg_pool_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                       divisor_override, rank: int, what: str):
-    """The window sums along each axis (avg_pool2d with this axis's kernel, stride and padding, and
-    a kernel of 1 along the other), each divided by its window's count: the kernel size, clipped at
-    the padded edge (count_include_pad) or at the input's edge (not). ATen's 2-D and 3-D divisors are
-    the products of these counts; divisor_override replaces them all by one number."""
+def _avg_pool_matrices(self, kernel_size, stride, padding, ceil_mode, count_include_pad, sums: bool, rank: int,
+                       what: str) -> list[np.ndarray]:
+    """Per axis: avg_pool2d with this axis's kernel, stride and padding and a kernel of 1 along the
+    other. Its divisor is the kernel size, clipped at the padded edge (count_include_pad) or at the
+    input's edge (not); ATen's 2-D and 3-D divisors are the products of these. `sums`: the window
+    sums instead (a divisor of 1), for divisor_override."""
     sizes = _input_sizes(self, rank, what)
     kernel_size = _per_axis(kernel_size, rank)
     stride = _per_axis(stride, rank) if stride else kernel_size  # ATen: no stride means the kernel size
     padding = _per_axis(padding, rank)
-    matrices = [_avg_pool_matrix(n, k, s, p, ceil_mode, count_include_pad, bool(divisor_override))
-                for n, k, s, p in zip(sizes, kernel_size, stride, padding)]
+    return [_axis_matrix(lambda x, k=k, s=s, p=p: torch.ops.aten.avg_pool2d(
+                x.unsqueeze(-1), [k, 1], [s, 1], [p, 0], ceil_mode, count_include_pad, 1 if sums else None), n)
+            for n, k, s, p in zip(sizes, kernel_size, stride, padding)]
+
+
+def _avg_pool_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                       divisor_override, rank: int, what: str):
+    matrices = _avg_pool_matrices(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                  bool(divisor_override), rank, what)
     grad_input = _along_axes(grad_output, matrices)
     if divisor_override:
         grad_input = op.Mul(grad_input, _constant(np.array(1.0 / divisor_override), grad_output.dtype))
@@ -195,12 +195,7 @@ def _avg_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad, 
     result would be window sum / kernel size): the window sums of the matrices above, divided."""
     if not divisor_override:
         return torchlib_function(self, kernel_size, stride, padding, ceil_mode, count_include_pad)
-    sizes = _input_sizes(self, rank, what)
-    kernel_size = _per_axis(kernel_size, rank)
-    stride = _per_axis(stride, rank) if stride else kernel_size
-    padding = _per_axis(padding, rank)
-    matrices = [_avg_pool_matrix(n, k, s, p, ceil_mode, count_include_pad, True)
-                for n, k, s, p in zip(sizes, kernel_size, stride, padding)]
+    matrices = _avg_pool_matrices(self, kernel_size, stride, padding, ceil_mode, count_include_pad, True, rank, what)
     sums = _along_axes(self, [m.T for m in matrices])
     return op.Mul(sums, _constant(np.array(1.0 / divisor_override), self.dtype))
 
