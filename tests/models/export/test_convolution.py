@@ -94,6 +94,7 @@ CASES = {
     "2d_groups2_multiplier3": dict(n=2, c_in=4, c_out=6, size=(9, 10), k=3, padding=1, groups=2),
     "2d_depthwise": dict(n=2, c_in=8, c_out=8, size=(10, 9), k=3, padding=1, groups=8),
     "2d_depthwise_5x5": dict(n=2, c_in=8, c_out=8, size=(11, 12), k=5, padding=2, groups=8),
+    "2d_16_channels_per_group": dict(n=2, c_in=16, c_out=16, size=(18, 17), k=3, padding=1),  # one GEMM per tap
     # 2-D, stride > 1
     "2d_stride2_padding1": dict(n=2, c_in=6, c_out=8, size=(15, 12), k=3, stride=2, padding=1),
     "2d_stride2_padding0_odd": dict(n=2, c_in=8, c_out=6, size=(13, 13), k=3, stride=2),  # after an explicit F.pad
@@ -102,6 +103,8 @@ CASES = {
     "2d_pointwise_stride2": dict(n=2, c_in=16, c_out=8, size=(9, 8), k=1, stride=2),  # a ResNet shortcut
     "2d_depthwise_stride2": dict(n=2, c_in=8, c_out=8, size=(12, 11), k=3, stride=2, padding=1, groups=8),
     "2d_depthwise_5x5_stride2_multiplier2": dict(n=2, c_in=6, c_out=12, size=(13, 11), k=5, stride=2, padding=2, groups=6),
+    "2d_stride2_groups2_16_channels_per_group": dict(n=2, c_in=32, c_out=8, size=(11, 10), k=3, stride=2, padding=1, groups=2),
+    "1d_stride2_16_channels": dict(n=2, c_in=16, c_out=24, size=(40,), k=5, stride=2, padding=2),
     # 3-D
     "3d": dict(n=2, c_in=3, c_out=4, size=(5, 6, 7), k=3, padding=1),
     "3d_stride2_groups2": dict(n=2, c_in=4, c_out=4, size=(7, 6, 5), k=3, stride=2, padding=1, groups=2),
@@ -111,6 +114,7 @@ CASES = {
                                                  output_padding=1, groups=2, transposed=True),
     "transposed_2d_output_padding_past_stride": dict(n=2, c_in=3, c_out=4, size=(6, 5), k=3, padding=1, dilation=2,
                                                      output_padding=1, transposed=True),  # output_padding >= stride
+    "transposed_2d_16_channels": dict(n=2, c_in=8, c_out=16, size=(5, 6), k=4, stride=2, padding=1, transposed=True),
     "transposed_1d": dict(n=2, c_in=4, c_out=3, size=(9,), k=3, stride=2, output_padding=1, transposed=True),
     "transposed_3d": dict(n=2, c_in=3, c_out=4, size=(3, 4, 5), k=2, stride=2, transposed=True),
     # no bias
