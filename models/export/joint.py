@@ -39,13 +39,17 @@ class Joint:
     buffers: list[str] = field(default_factory=list)  # updated buffers, named_buffers() order
     inputs: list[int] = field(default_factory=list)  # positions in example_inputs of the graph inputs
     substituted: Counter = field(default_factory=Counter)
+    batch_range: tuple[int, int | None] | None = None  # dynamic batch: the sizes the trace holds for
 
 
 def decomposition_table(translated) -> dict:
-    """PyTorch's core ATen decompositions, less the ops we translate ourselves (`translated`)."""
+    """PyTorch's core ATen decompositions and ours (tensor.DECOMPOSITIONS), less the ops we
+    translate ourselves (`translated`)."""
     from torch._decomp import core_aten_decompositions
 
-    table = dict(core_aten_decompositions())
+    from ascend_grad.models.export import tensor
+
+    table = {**core_aten_decompositions(), **tensor.DECOMPOSITIONS}
     for op in translated:
         table.pop(op, None)
     return table
@@ -66,9 +70,8 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
     wrapped = WithLoss(module, loss_fn, constants)
     args = tuple(example_inputs[k] for k in tensors)
     dynamic = None
-    if dynamic_batch:
-        batch = torch.export.Dim("batch")
-        dynamic = {"tensors": tuple({0: batch} if t.dim() else None for t in args)}
+    if dynamic_batch:  # DYNAMIC: a module may narrow the range (diffusers' Upsample2D branches on batch < 64)
+        dynamic = {"tensors": tuple({0: torch.export.Dim.DYNAMIC} if t.dim() else None for t in args)}
     program = torch.export.export(wrapped, args, dynamic_shapes=dynamic)
     substituted = substitute(program.graph_module) if ours else Counter()
     # AOTAutograd refuses a parameter that requires grad but gets none (unused in this forward):
@@ -77,7 +80,21 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
     unused = _unused_parameters(program)
     joint = _joint(program, decomposition_table(translated))
     gradients, buffers = _user_outputs(joint, wrapped, unused)
-    return Joint(program, joint, gradients, buffers, tensors, substituted)
+    return Joint(program, joint, gradients, buffers, tensors, substituted, _batch_range(program) if dynamic_batch else None)
+
+
+def _batch_range(program: ExportedProgram) -> tuple[int, int | None] | None:
+    """The batch sizes the traced program holds for (the module may branch on the batch size):
+    (lowest, highest or None for no bound), from torch.export's range of dimension 0."""
+    first = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name in program.graph_signature.user_inputs)
+    size = first.meta["val"].shape[0]
+    if not isinstance(size, torch.SymInt):
+        return None
+    bounds = program.range_constraints.get(size.node.expr)
+    if bounds is None:
+        return None
+    finite = bool(bounds.upper.is_finite) and bounds.upper < 2**62  # torch writes "no bound" as int_oo
+    return int(bounds.lower), int(bounds.upper) if finite else None
 
 
 def _unused_parameters(program: ExportedProgram) -> set[str]:

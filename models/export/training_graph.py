@@ -24,6 +24,9 @@ from ascend_grad.models.export import DECOMPOSE, TABLE, joint, unsupported
 from ascend_grad.models.export.interface import rename_interface
 
 STEPS = ("trace", "check", "translate", "fuse")
+# metadata key: with dynamic_batch, the batch sizes the traced step holds for ("2.." or "2..63": a
+# module may branch on the batch size, and torch.export then narrows the range)
+BATCH_RANGE = "ascend_grad.batch_range"
 
 
 @functools.cache
@@ -86,6 +89,9 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
         program = _core._exported_program_to_onnx_program(decomposed, registry=registry)
         _optimize(program, traced)
     model = _interface(program.model_proto, traced)
+    if traced.batch_range is not None:  # what torch.export guaranteed; onnxruntime does not check it
+        low, high = traced.batch_range
+        onnx.helper.set_model_props(model, {BATCH_RANGE: f"{low}..{'' if high is None else high}"})
     if not fuse:
         return model
     say("fuse")

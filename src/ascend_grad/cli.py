@@ -203,7 +203,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         import torch
     except ImportError:
         raise InputError('export needs PyTorch: pip install "ascend-grad[torch]"') from None
-    from ascend_grad.models.export.training_graph import export_training_graph
+    from ascend_grad.models.export.training_graph import BATCH_RANGE, export_training_graph
     from ascend_grad.models.export.unsupported import UnsupportedOpsError
     from ascend_grad.progress import Progress
 
@@ -246,6 +246,9 @@ def cmd_export(args: argparse.Namespace) -> int:
     held = ", ".join(f"{op} x{n}" for op, n in sorted(ours.items())) or "none"
     print(f"wrote {args.output}: {len(model.graph.node)} nodes, {len(model.graph.output)} outputs "
           f"(loss, gradients, buffer updates); ascend.grad nodes: {held}")
+    batch_range = next((p.value for p in model.metadata_props if p.key == BATCH_RANGE), "")
+    if batch_range and not batch_range.endswith(".."):
+        print(f"note: the module branches on the batch size; the graph holds for batch sizes {batch_range}")
     if args.verify:
         return _verify_export(model, module, inputs)
     return 0

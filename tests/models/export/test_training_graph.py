@@ -283,10 +283,32 @@ def test_dynamic_batch_runs_at_other_batch_sizes():
     model = export_training_graph(module, (torch.randn(2, 3, 6, 6),), dynamic_batch=True)
     (value,) = model.graph.input
     assert value.type.tensor_type.shape.dim[0].dim_param and value.type.tensor_type.shape.dim[0].dim_value == 0
+    assert {p.key: p.value for p in model.metadata_props}["ascend_grad.batch_range"] == "2.."
     for batch in (1, 5):
         inputs = (torch.randn(batch, 3, 6, 6),)
         for runner in RUNNERS.values():
             assert_step_matches(model, module, inputs, runner, f"batch {batch}")
+
+
+class Pads(nn.Module):
+    """F.pad growing one side and cropping another (negative pads), between convs: the backward of a
+    pad is a crop and the other way round."""
+
+    def __init__(self):
+        super().__init__()
+        self.before, self.after = nn.Conv2d(3, 4, 1), nn.Conv2d(4, 2, 3, stride=2)
+
+    def forward(self, x):
+        return self.after(F.silu(F.pad(self.before(x), (0, 1, -1, 2))))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_pads_and_crops(dynamic):
+    module = make(Pads)
+    model = export_training_graph(module, (torch.randn(2, 3, 8, 7),), dynamic_batch=dynamic)
+    for batch in (2, 3) if dynamic else (2,):
+        inputs = (torch.randn(batch, 3, 8, 7),)
+        assert_step_matches(model, module, inputs, run_kernels, f"pads, batch {batch}")
 
 
 def test_dynamic_batch_with_batch_norm_updates_buffers():
