@@ -9,9 +9,14 @@ so S_out = (S + 2p - d(k - 1) - 1) // s + 1 (input rows past the last window get
 transposed convolution is the adjoint of that map: its grad_input is that Conv of grad_output, and
 its grad_weight is the plain convolution's with input and grad_output swapped.
 
-onnxruntime has no im2col-free kernel for a weight gradient, so the taps' windows are materialised
-(Slice) and one GEMM per group sums over N * S; which tensor is windowed, and how grad_input is
-spelled, is chosen per case from measurements (see _plan).
+onnxruntime has no weight-gradient kernel, so the taps' windows are materialised (Slice) and GEMMs
+sum over K = N * S. How, per case, was chosen by timing the alternatives in onnxruntime 1.32 on an
+AMD EPYC (Zen 5) core, the weight a graph input (numbers in each function's docstring):
+- stride 1 with C_out < C_in, or C_out == C_in on images of 256 positions or fewer, or depthwise:
+  both gradients from one set of windows of grad_output (_gradients_from_output_windows);
+- otherwise grad_weight from the windows of the input (_weight_gradient; 2-D strided windows from
+  the input's SpaceToDepth phases), and grad_input a Conv with the flipped weight (stride 1,
+  C_in >= C_out) or the ConvTranspose (_input_gradient).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 from onnx_ir import DataType
 from onnxscript import opset18 as op
 
+_TO_END = 2**63 - 1  # a Slice end: up to the end of the axis
 _TO_START = -(2**63)  # a Slice end with step -1: down to the start of the axis
 # onnxruntime's CPU kernels for Conv, MatMul, Gemm have no bfloat16, and its float16 ones sum in
 # float16 (a K = N * H * W reduction would lose the 1e-3 bound): both are computed in float32.
@@ -268,7 +274,8 @@ def _input_gradient(grad_output, weight, input, geometry: _Geometry):
     with the flipped, transposed weight (conv 128->128 k3 p1 (2, 128, 32, 32): 2.6 ms against 2.8
     for the ConvTranspose, and onnxruntime's NCHWc kernels take it when the weight is an
     initializer: 2.2 ms); else the ConvTranspose with the same weight, whose GEMM runs over C_out
-    (conv 4->64 (8, 4, 32, 32): 0.3 ms against 1.0 ms for the Conv)."""
+    and whose col2im is C_in wide (conv 4->64 k3 p1 (8, 4, 32, 32): the whole backward 0.5 ms,
+    1.2 ms with the Conv, which im2cols 64 channels)."""
     c_out, c_in = weight.shape[0], input.shape[1]
     reach = [d * (k - 1) - p for k, p, d in zip(geometry.kernel, geometry.padding, geometry.dilation)]
     if all(s == 1 for s in geometry.stride) and c_in >= c_out and min(reach) >= 0:
@@ -294,7 +301,8 @@ def _flipped_transposed(weight, geometry: _Geometry):
     """weight (C_out, C_in/g, *k) -> (C_in, C_out/g, *k) with the taps reversed: the adjoint's weight.
     Spelled with transposes that move whole rows ((C_out, C_in/g, taps) -> (C_out, taps, C_in/g),
     then per group (C_out/g * taps, C_in/g) -> (C_in/g, C_out/g * taps)): onnxruntime's Transpose
-    (1, 0, 2, 3), moving 9-float blocks, takes 1.4 ms on a 512 x 512 x 3 x 3 weight; these 0.5 ms."""
+    (1, 0, 2, 3), moving 9-float blocks, takes 1.4 ms on a 512 x 512 x 3 x 3 weight; these two
+    0.2 ms each. (A weight that is an initializer is folded to a constant at session start.)"""
     c_out, c_in_g = weight.shape[0], weight.shape[1]
     g, taps = geometry.groups, len(geometry.taps)
     by_tap = op.Transpose(op.Reshape(weight, _ints([c_out, c_in_g, taps])), perm=[0, 2, 1])
@@ -309,7 +317,7 @@ def _transposed_input_gradient(grad_output, weight, geometry: _Geometry, output_
     result = op.Conv(grad_output, weight, pads=list(geometry.padding) * 2, **geometry.conv_attributes())
     extra = [q // s for q, s in zip(output_padding, geometry.stride)]
     if any(extra):
-        ends = [-e if e else 2**63 - 1 for e in extra]
+        ends = [-e if e else _TO_END for e in extra]
         result = op.Slice(result, _ints([0] * geometry.rank), _ints(ends), _ints(geometry.spatial))
     return result
 
