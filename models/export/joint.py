@@ -79,8 +79,23 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
     # grad) and given zero gradients afterwards, as torch's None
     unused = _unused_parameters(program)
     joint = _joint(program, decomposition_table(translated))
+    if dynamic_batch:  # (torch.export itself refuses a forward that fixes it)
+        _check_batch_symbolic(joint, "tracing the backward")
     gradients, buffers = _user_outputs(joint, wrapped, unused)
     return Joint(program, joint, gradients, buffers, tensors, substituted, _batch_range(program) if dynamic_batch else None)
+
+
+def _check_batch_symbolic(program: ExportedProgram, stage: str) -> None:
+    """Dimension 0 of every input is still a free symbol: a kernel traced in the backward may fix it
+    to the example's size, and the graph would then hold for that size only, silently."""
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and node.name in program.graph_signature.user_inputs and node.meta["val"].dim():
+            size = node.meta["val"].shape[0]
+            fixed = size if not isinstance(size, torch.SymInt) else size.node.maybe_as_int()
+            if fixed is not None:
+                raise NotImplementedError(
+                    f"export_training_graph: {stage} fixed the batch size of input {node.name} to {fixed} "
+                    "(an op's kernel specialises it); export with dynamic_batch=False")
 
 
 def _batch_range(program: ExportedProgram) -> tuple[int, int | None] | None:

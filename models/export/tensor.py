@@ -2,11 +2,12 @@
 
 - `aten.empty_permuted`, an output buffer that a decomposition then fills, which torch.onnx
   (torch 2.13) cannot export: translated as zeros.
-- `aten.constant_pad_nd` with negative pads (a crop: the backward of every F.pad, e.g. before a
-  VAE's strided conv), whose C++ kernel cannot be traced with a symbolic batch ("storage_offset()
-  on tensor with symbolic sizes"): decomposed, while the joint graph is traced, into slices then
-  the padding with what is left (PyTorch's reference decomposition writes with copy_to, which the
-  joint trace refuses).
+- `aten.constant_pad_nd` (F.pad; its backward is itself with negative pads, a crop), whose C++
+  kernel does not trace with a symbolic batch: with negative pads it fails ("storage_offset() on
+  tensor with symbolic sizes", F.pad before a VAE's strided conv), on some inputs it silently
+  specialises the batch. Decomposed, while the joint graph is traced, into slices and concatenated
+  constant blocks (PyTorch's reference decomposition writes with copy_to, which the joint trace
+  refuses).
 """
 
 from __future__ import annotations
@@ -25,16 +26,23 @@ def empty_permuted(size, physical_layout, dtype=None, layout=None, device=None, 
 
 
 def constant_pad_nd(x, pad, value=0.0):
-    """The negative pads as slices, the rest by the op itself (NotImplemented: no negative pad, the
-    op's own kernel traces fine)."""
-    if all(p >= 0 for p in pad):
-        return NotImplemented
+    """Negative pads as slices, positive ones as constant blocks concatenated: the C++ kernel is
+    never traced (on some symbolic-batch inputs it specialises the batch to the example's size)."""
+    copied = False
     for k in range(len(pad) // 2):
         dim, low, high = x.dim() - 1 - k, pad[2 * k], pad[2 * k + 1]
         if low < 0 or high < 0:
             x = torch.ops.aten.slice.Tensor(x, dim, max(-low, 0), x.shape[dim] + min(high, 0))
-    rest = [max(p, 0) for p in pad]
-    return torch.ops.aten.constant_pad_nd.default(x, rest, value) if any(rest) else torch.ops.aten.clone.default(x)
+        parts = ([_block(x, dim, low, value)] if low > 0 else []) + [x] + ([_block(x, dim, high, value)] if high > 0 else [])
+        if len(parts) > 1:
+            x, copied = torch.ops.aten.cat.default(parts, dim), True
+    return x if copied else torch.ops.aten.clone.default(x)  # the op's result is never a view of its input
+
+
+def _block(x, dim: int, size: int, value):
+    shape = list(x.shape)
+    shape[dim] = size
+    return torch.ops.aten.full.default(shape, value, dtype=x.dtype, device=x.device)
 
 
 TABLE = {torch.ops.aten.empty_permuted.default: empty_permuted}

@@ -311,6 +311,41 @@ def test_pads_and_crops(dynamic):
         assert_step_matches(model, module, inputs, run_kernels, f"pads, batch {batch}")
 
 
+@torch.library.custom_op("ascend_grad_test::doubled", mutates_args=())
+def doubled(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@torch.library.custom_op("ascend_grad_test::doubled_backward", mutates_args=())
+def doubled_backward(grad: torch.Tensor) -> torch.Tensor:
+    return grad * 2
+
+
+@doubled_backward.register_fake
+def _(grad):
+    if grad.shape[0] == 2:  # shape logic that branches on the batch: it fixes the symbol to 2
+        return torch.empty_like(grad)
+    return torch.empty_like(grad)
+
+
+doubled.register_fake(lambda x: torch.empty_like(x))
+doubled.register_autograd(lambda ctx, grad: doubled_backward(grad))
+
+
+def test_a_batch_fixed_while_tracing_is_an_error_not_a_static_graph():
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return doubled(F.silu(self.fc(x)))
+
+    # torch.export itself refuses a forward that fixes it; only the backward's kernels get past it
+    with pytest.raises(NotImplementedError, match="tracing the backward fixed the batch size of input .* to 2"):
+        export_training_graph(Net(), (torch.randn(2, 4),), dynamic_batch=True)
+
+
 def test_dynamic_batch_with_batch_norm_updates_buffers():
     module = make(lambda: modules.ConvBNAct(3, 8, 3))
     model = export_training_graph(module, (torch.randn(4, 3, 6, 6),), dynamic_batch=True)
