@@ -231,6 +231,26 @@ def test_other_layers_export_around_our_ops(name):
         assert_step_matches(model, module, inputs, runner, f"{name} ({what})")
 
 
+@pytest.mark.parametrize("name", ["resblock", "conv_bn_mish", "silu_mlp"])
+def test_float16_module(name):
+    """A float16 module: float16 graph inputs, parameters and outputs, our ops in float16. Bound:
+    SPEC's float16 1e-3, or twice PyTorch's own float16 error against float64 where that is larger
+    (BatchNorm's statistics in float16). bfloat16 exports too, but onnxruntime's CPU provider has no
+    bfloat16 Conv or Gemm to run it."""
+    factory, shape = MODULES[name]
+    module = torch.nn.Module.to(make(factory), torch.float16)
+    inputs = (torch.randn(shape, dtype=torch.float16),)
+    model = export_training_graph(module, inputs)
+    assert {v.type.tensor_type.elem_type for v in model.graph.input} == {onnx.TensorProto.FLOAT16}
+    assert ours(model)
+    want = torch_step(module, inputs)
+    pytorch = max(step_errors({k: v for k, v in torch_step(module, inputs, dtype=torch.float16).items() if k in want}, want).values())
+    for what, runner in RUNNERS.items():
+        errors = step_errors(runner(model, feeds_of(inputs)), want)
+        worst = max(errors, key=errors.get)
+        assert errors[worst] <= max(1e-3, 2 * pytorch), f"{name} ({what}): {worst} off by {errors[worst]:.3g}, PyTorch's {pytorch:.3g}"
+
+
 def test_in_place_silu_on_a_view_stays_correct():
     """silu_ on a slice writes into its base: not substituted (the base is read later), still exact."""
 
