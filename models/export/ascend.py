@@ -10,7 +10,9 @@ autograd formulas call backward custom ops with the aclnn semantics:
                                                   backward  ascend_grad::group_norm_swish_grad(dy, mean, rstd, x, w, b, G, mask)
 
 (substitute.py puts them into the forward graph before autograd runs). Their translations are
-the ascend.grad nodes SiluBackward, MishBackward, GroupNormSwish and GroupNormSwishGrad; the
+the ascend.grad nodes SiluBackward, MishBackward, GroupNormSwish and GroupNormSwishGrad, as are
+those of ATen's `silu_backward` and `mish_backward` wherever a graph holds them (float64 keeps the
+math: the op set has no float64); the
 forward SiLU and Mish stay plain ONNX (x * Sigmoid(x), x * Tanh(Softplus(x))), as torch.onnx
 writes them. Each op also runs eagerly (ATen's own kernels), so the graph they sit in stays a
 working PyTorch program.
@@ -82,12 +84,15 @@ def group_norm_swish_grad(
     if bias is not None:
         z = z + bias.reshape(per_channel)
     g = torch.ops.aten.silu_backward(dy, z.to(dy.dtype))
-    dx, dgamma, dbeta = torch.ops.aten.native_group_norm_backward(
-        g, x, mean, rstd, weight, N, C, HxW, num_groups, [True, weight is not None, True]
-    )
+    # all three asked of ATen (an output it skips is an undefined tensor, which a custom op cannot
+    # return), with gamma = 1 written out (torch 2.13's kernel fails on gamma None: "tensor does not
+    # have a device")
+    gamma = weight if weight is not None else x.new_ones(C)
+    dx, dgamma, dbeta = torch.ops.aten.native_group_norm_backward(g, x, mean, rstd, gamma, N, C, HxW, num_groups,
+                                                                   [True, True, True])
     zeros = x.new_zeros(C) if weight is None else weight.new_zeros(C)
-    dgamma = dgamma if output_mask[1] and dgamma is not None else zeros
-    return dx if output_mask[0] else torch.zeros_like(x), dgamma, dbeta if output_mask[2] else zeros.clone()
+    return (dx if output_mask[0] else torch.zeros_like(x), dgamma if output_mask[1] and weight is not None else zeros,
+            dbeta if output_mask[2] else zeros.clone())
 
 
 @silu.register_fake
@@ -147,7 +152,17 @@ def silu_onnx(x):
     return op.Mul(x, op.Sigmoid(x))
 
 
+def _in_op_set(*values) -> bool:
+    import onnx_ir as ir
+
+    return all(v.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16) for v in values)
+
+
 def silu_backward_onnx(grad_output, x):
+    if not _in_op_set(grad_output, x):  # float64: the math, as ATen computes it
+        s = op.Sigmoid(x)
+        one = op.CastLike(1.0, x)
+        return op.Mul(grad_output, op.Mul(s, op.Add(one, op.Mul(x, op.Sub(one, s)))))
     return ascend.SiluBackward(grad_output, x)
 
 
@@ -156,6 +171,11 @@ def mish_onnx(x):
 
 
 def mish_backward_onnx(grad_output, x):
+    if not _in_op_set(grad_output, x):  # float64: the math, tanh(softplus(x)) + x sigmoid(x) (1 - tanh^2)
+        one = op.CastLike(1.0, x)
+        # softplus = max(x, 0) + log(1 + exp(-|x|)): no overflow (and onnxruntime has no float64 Softplus)
+        t = op.Tanh(op.Add(op.Max(x, op.CastLike(0.0, x)), op.Log(op.Add(one, op.Exp(op.Neg(op.Abs(x)))))))
+        return op.Mul(grad_output, op.Add(t, op.Mul(op.Mul(x, op.Sigmoid(x)), op.Sub(one, op.Mul(t, t)))))
     return ascend.MishBackward(grad_output, x)
 
 
@@ -187,6 +207,9 @@ def group_norm_swish_grad_onnx(dy, mean, rstd, x, weight, bias, num_groups: int,
 
 
 TABLE = {
+    # ATen's own backward ops, where a graph holds them (a backward-only graph, a direct call)
+    torch.ops.aten.silu_backward.default: silu_backward_onnx,
+    torch.ops.aten.mish_backward.default: mish_backward_onnx,
     torch.ops.ascend_grad.silu.default: silu_onnx,
     torch.ops.ascend_grad.silu_backward.default: silu_backward_onnx,
     torch.ops.ascend_grad.mish.default: mish_onnx,

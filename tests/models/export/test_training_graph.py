@@ -160,6 +160,8 @@ MODULES = {
     "resblock_g_eq_c": (lambda: modules.ResBlock(channels=3, hidden=16, groups=16), (2, 3, 6, 6)),  # G == C
     "resblock_g1": (lambda: modules.ResBlock(channels=3, hidden=16, groups=1), (2, 3, 6, 6)),  # G == 1
     "resblock_hw1": (lambda: modules.ResBlock(channels=3, hidden=16, groups=4), (3, 3, 1, 1)),  # HxW == 1
+    "resblock_no_affine": (lambda: nn.Sequential(nn.Conv2d(3, 16, 3), nn.GroupNorm(4, 16, affine=False), nn.SiLU(),
+                                                 nn.Conv2d(16, 2, 1)), (2, 3, 6, 6)),  # GroupNorm without gamma/beta
     "gn_hand_swish": (lambda: modules.GroupNormSwishBlock(), (2, 4, 8, 8)),  # x * sigmoid(x): the graph pass
     "gn_scaled_swish": (lambda: modules.GroupNormSwishBlock(beta=1.5), (2, 4, 8, 8)),  # swish_scale 1.5
     "silu_mlp": (lambda: modules.SiluMLP(), (4, 16)),
