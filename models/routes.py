@@ -76,7 +76,7 @@ def export_joint(
 
     wrapped = WithLoss(module, loss_fn)
     batch = torch.export.Dim("batch", min=2)
-    dynamic = {"tensors": tuple({0: batch} for _ in example_inputs)} if dynamic_batch else None
+    dynamic = {"inputs": tuple({0: batch} for _ in example_inputs)} if dynamic_batch else None
     joint = _export_forward_backward(torch.export.export(wrapped, tuple(example_inputs), dynamic_shapes=dynamic))
     # torch.onnx exports only an ExportedProgram's user outputs: export the joint graph module
     # itself, whose outputs are the loss and the gradients, with the parameters as arguments

@@ -20,10 +20,10 @@ class WithLoss(nn.Module):
         self.loss_fn = loss_fn or default_loss
         self.constants = constants or {}  # position -> a non-tensor input, baked in (forward takes the tensors)
 
-    def forward(self, *tensors):
-        given = iter(tensors)
-        inputs = [self.constants[k] if k in self.constants else next(given) for k in range(len(tensors) + len(self.constants))]
-        return (self.loss_fn(self.module(*inputs)),)
+    def forward(self, *inputs):  # (the name shows in exported graphs' dimension names: keep it)
+        given = iter(inputs)
+        full = [self.constants[k] if k in self.constants else next(given) for k in range(len(inputs) + len(self.constants))]
+        return (self.loss_fn(self.module(*full)),)
 
 
 def rename_interface(model: onnx.ModelProto, inputs: dict[str, str], outputs: list[str]) -> onnx.ModelProto:

@@ -71,7 +71,7 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
     args = tuple(example_inputs[k] for k in tensors)
     dynamic = None
     if dynamic_batch:  # DYNAMIC: a module may narrow the range (diffusers' Upsample2D branches on batch < 64)
-        dynamic = {"tensors": tuple({0: torch.export.Dim.DYNAMIC} if t.dim() else None for t in args)}
+        dynamic = {"inputs": tuple({0: torch.export.Dim.DYNAMIC} if t.dim() else None for t in args)}
     program = torch.export.export(wrapped, args, dynamic_shapes=dynamic)
     substituted = substitute(program.graph_module) if ours else Counter()
     # AOTAutograd refuses a parameter that requires grad but gets none (unused in this forward):
