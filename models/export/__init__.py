@@ -7,9 +7,10 @@ torch.onnx's `custom_translation_table`. An op in TABLE is never decomposed befo
 in DECOMPOSE is always decomposed (torch.onnx's own translation of it is wrong for training).
 """
 
-from ascend_grad.models.export import ascend, convolution, normalization, pooling, tensor
+from ascend_grad.models.export import ascend, convolution, normalization, pooling, tensor, upsample
 
-TABLE = {**ascend.TABLE, **convolution.TABLE, **normalization.TABLE, **pooling.TABLE, **tensor.TABLE}
+TABLE = {**ascend.TABLE, **convolution.TABLE, **normalization.TABLE, **pooling.TABLE, **tensor.TABLE,
+         **upsample.TABLE}
 # torch.onnx translates these wrongly for a training step: PyTorch's decompositions are used instead
 DECOMPOSE = normalization.DECOMPOSE
 

@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_structure
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
+from ascend_grad.models.export import upsample
 from ascend_grad.models.export.interface import WithLoss
 from ascend_grad.models.export.substitute import substitute
 
@@ -74,6 +75,7 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
         dynamic = {"inputs": tuple({0: torch.export.Dim.DYNAMIC} if t.dim() else None for t in args)}
     program = torch.export.export(wrapped, args, dynamic_shapes=dynamic)
     substituted = substitute(program.graph_module) if ours else Counter()
+    upsample.substitute(program.graph_module)  # also without our ops: else upsampling's backward is index_put
     # AOTAutograd refuses a parameter that requires grad but gets none (unused in this forward):
     # such parameters are traced as frozen (their traced values, not the module's, stop requiring
     # grad) and given zero gradients afterwards, as torch's None
