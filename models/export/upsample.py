@@ -20,8 +20,12 @@ Resize's i / s in the last bit). Otherwise it is that matrix: a Gather of ATen's
 or pooling.py's MatMuls (linear, cubic), also for float64, which onnxruntime's Resize lacks.
 
 Left alone, as PyTorch spells them: antialiased upsampling (`_upsample_*_aa`: no backward
-translation), symbolic spatial sizes, unbatched inputs, dtypes other than float32 / float16 /
-bfloat16 / float64, and arguments this module does not know.
+translation); symbolic spatial sizes; a last spatial axis of size 1 (pooling.py's `_along_axes`
+fails there); dtypes other than float32 / float16 / bfloat16 / float64; arguments this module does
+not know; and sizes where ATen's forward or backward kernel is not what the per-axis matrices say
+(checked at export, `_placing_scales`: an axis that keeps its size under a scale other than 1, in
+nearest 1-D / 3-D and in bicubic, whose backward kernels copy such an axis while the forwards
+interpolate).
 """
 
 from __future__ import annotations
