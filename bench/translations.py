@@ -7,7 +7,8 @@ A case is one call of an ATen op with fixed arguments. Its translation is export
 whose forward is that call, torch.onnx with models.export.TABLE) and run in onnxruntime (IO
 binding, intra-op threads as given, inter-op 1); PyTorch runs the same call eagerly
 (torch.set_num_threads). A case with `exported` exports that instead, on the same arguments: the
-spelling a joint graph holds today (upsampling's index_put decomposition), timed against the same
+spelling a joint graph held before models/export/upsample.py (upsampling's index_put
+decomposition), or the one export_training_graph's joint graph holds now, timed against the same
 eager op. Before timing, every output is checked against PyTorch's (relative error
 <= 1e-4 of max |torch|; a mismatch raises). It prints medians (ms) and torch / onnxruntime (higher
 is better for us). --write puts the table in bench/results.md, section "## Translations".
@@ -90,24 +91,44 @@ def _as_joint(torch, forward, input_size):
         return make_fx(backward, decomposition_table=core_aten_decompositions())(torch.zeros(forward(torch.zeros(input_size)).shape))
 
 
-def _upsample(mode, n, c, hw, align_corners=None, as_joint=False):
+def _as_exported(torch, forward, input_size):
+    """The backward of `forward` as export_training_graph's joint graph holds it now: the training
+    IR's upsample node substituted (models/export/upsample.py), then traced as _as_joint."""
+    from ascend_grad.models.export import upsample
+
+    class Forward(torch.nn.Module):
+        def forward(self, x):
+            return forward(x)
+
+    program = torch.export.export(Forward(), (torch.zeros(input_size),))
+    if not upsample.substitute(program.graph_module):
+        raise AssertionError(f"upsample.substitute left {forward} alone")
+    return _as_joint(torch, program.module(), input_size)
+
+
+def _upsample(mode, n, c, hw, align_corners=None, as_joint=False, exported=False):
     """The backward of a 2x upsampling of an (n, c, hw, hw) input: ours, or (as_joint) the
-    index_put decomposition a joint graph holds today."""
+    index_put decomposition a joint graph held before models/export/upsample.py, or (exported) the
+    spelling export_training_graph's joint graph holds now."""
     out = 2 * hw
     name = {"nearest": "upsample_nearest2d_backward", "bilinear": "upsample_bilinear2d_backward"}[mode]
     corners = () if mode == "nearest" else (align_corners,)
     label = f"{mode} 2x{'' if align_corners is None else f' ac{int(align_corners)}'} ({n}, {c}, {hw}, {hw})"
 
-    def decomposed(torch):
-        import torch.nn.functional as F
+    def traced(trace):
+        def spelling(torch):
+            import torch.nn.functional as F
 
-        kwargs = {} if mode == "nearest" else {"align_corners": align_corners}
-        traced = _as_joint(torch, lambda x: F.interpolate(x, scale_factor=2, mode=mode, **kwargs), (n, c, hw, hw))
-        return lambda grad_output, *constants: traced(grad_output)
+            kwargs = {} if mode == "nearest" else {"align_corners": align_corners}
+            backward = trace(torch, lambda x: F.interpolate(x, scale_factor=2, mode=mode, **kwargs), (n, c, hw, hw))
+            return lambda grad_output, *constants: backward(grad_output)
 
-    return Case(label + (", as the joint holds it" if as_joint else ""), lambda torch: getattr(torch.ops.aten, name).default,
+        return spelling
+
+    suffix = ", as the joint held it" if as_joint else ", as export_training_graph writes it" if exported else ""
+    return Case(label + suffix, lambda torch: getattr(torch.ops.aten, name).default,
                 lambda torch: (_randn(torch, n, c, out, out),), ([out, out], [n, c, hw, hw], *corners, 2.0, 2.0),
-                exported=decomposed if as_joint else None)
+                exported=traced(_as_joint) if as_joint else traced(_as_exported) if exported else None)
 
 
 def _pixel_shuffle(n, c, hw, factor, decomposed=False):
@@ -184,11 +205,14 @@ CASES: dict[str, list[Case]] = {
         # diffusion UNet / VAE upsamplers (diffusers' Upsample2D: nearest 2x, then a conv)
         _upsample("nearest", 2, 128, 64),
         _upsample("nearest", 2, 128, 64, as_joint=True),
+        _upsample("nearest", 2, 128, 64, exported=True),
         _upsample("nearest", 2, 256, 32),
         _upsample("nearest", 2, 512, 16),
         _upsample("nearest", 2, 512, 16, as_joint=True),
+        _upsample("nearest", 2, 512, 16, exported=True),
         _upsample("bilinear", 2, 128, 32, align_corners=False),  # FPN / segmentation heads
         _upsample("bilinear", 2, 128, 32, align_corners=False, as_joint=True),
+        _upsample("bilinear", 2, 128, 32, align_corners=False, exported=True),
         _upsample("bilinear", 2, 128, 32, align_corners=True),
         _upsample("bilinear", 2, 64, 128, align_corners=False),  # larger: a MatMul's work grows with the width
         _pixel_shuffle(2, 256, 32, 2),  # sub-pixel upsamplers (ESPCN, some VAE decoders)
