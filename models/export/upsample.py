@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 import onnx_ir as ir
@@ -109,7 +109,7 @@ def _per_axis(scales, rank: int) -> list:
 
 
 @torch.library.custom_op("ascend_grad::upsample", mutates_args=())
-def upsample(x: Tensor, output_size: list[int], scales: Optional[list[float]], mode: str, align_corners: bool) -> Tensor:
+def upsample(x: Tensor, output_size: list[int], scales: list[float] | None, mode: str, align_corners: bool) -> Tensor:
     """What `upsample_<mode>.vec(x, size or None, [align_corners], scale_factors)` computes: ATen's
     .vec resolves the size, then calls the op with these scales (they place the samples)."""
     rank = len(output_size)
@@ -118,7 +118,7 @@ def upsample(x: Tensor, output_size: list[int], scales: Optional[list[float]], m
 
 
 @torch.library.custom_op("ascend_grad::upsample_backward", mutates_args=())
-def upsample_backward(grad_output: Tensor, output_size: list[int], input_size: list[int], scales: Optional[list[float]],
+def upsample_backward(grad_output: Tensor, output_size: list[int], input_size: list[int], scales: list[float] | None,
                       mode: str, align_corners: bool) -> Tensor:
     """input_size: the spatial sizes only (the batch may be symbolic)."""
     rank = len(output_size)

@@ -31,27 +31,27 @@ SIZES = {1: (7,), 2: (5, 6), 3: (3, 4, 5)}  # odd, unequal, not multiples of the
 INDEXING = {"ScatterND", "ScatterElements", "GatherND"}
 
 VARIANTS = {  # name -> (rank, F.interpolate's keywords)
-    "nearest_x2": (2, dict(scale_factor=2)),  # UNet / VAE Upsample2D
-    "nearest_size": (2, dict(size=(7, 9))),
-    "nearest_x1_5": (2, dict(scale_factor=1.5)),  # a Gather of ATen's indices
-    "nearest_x2_x1_1": (2, dict(scale_factor=(2.0, 1.1))),  # ATen's 2-D kernel copies W whatever its scale
-    "nearest_exact_x2": (2, dict(scale_factor=2, mode="nearest-exact")),
-    "bilinear_x2": (2, dict(scale_factor=2, mode="bilinear")),  # FPN / segmentation heads
-    "bilinear_x2_corners": (2, dict(scale_factor=2, mode="bilinear", align_corners=True)),
-    "bilinear_size": (2, dict(size=(11, 13), mode="bilinear")),
-    "bilinear_x1_7": (2, dict(scale_factor=1.7, mode="bilinear")),  # the scale, not out / in, places samples
-    "bilinear_x1_7_recomputed": (2, dict(scale_factor=1.7, mode="bilinear", recompute_scale_factor=True)),
-    "bilinear_down": (2, dict(size=(3, 4), mode="bilinear")),
-    "bicubic_x2": (2, dict(scale_factor=2, mode="bicubic")),
-    "bicubic_size_corners": (2, dict(size=(7, 9), mode="bicubic", align_corners=True)),
-    "linear_x2": (1, dict(scale_factor=2, mode="linear")),
-    "linear_size_corners": (1, dict(size=11, mode="linear", align_corners=True)),
-    "nearest_1d_x2_5": (1, dict(scale_factor=2.5)),
-    "nearest_exact_1d_x1_5": (1, dict(scale_factor=1.5, mode="nearest-exact")),
-    "trilinear_x2": (3, dict(scale_factor=2, mode="trilinear")),
-    "trilinear_size_corners": (3, dict(size=(5, 7, 6), mode="trilinear", align_corners=True)),
-    "nearest_3d_x122": (3, dict(scale_factor=(1, 2, 2))),
-    "nearest_exact_3d_x2": (3, dict(scale_factor=2, mode="nearest-exact")),
+    "nearest_x2": (2, {"scale_factor": 2}),  # UNet / VAE Upsample2D
+    "nearest_size": (2, {"size": (7, 9)}),
+    "nearest_x1_5": (2, {"scale_factor": 1.5}),  # a Gather of ATen's indices
+    "nearest_x2_x1_1": (2, {"scale_factor": (2.0, 1.1)}),  # ATen's 2-D kernel copies W whatever its scale
+    "nearest_exact_x2": (2, {"scale_factor": 2, "mode": "nearest-exact"}),
+    "bilinear_x2": (2, {"scale_factor": 2, "mode": "bilinear"}),  # FPN / segmentation heads
+    "bilinear_x2_corners": (2, {"scale_factor": 2, "mode": "bilinear", "align_corners": True}),
+    "bilinear_size": (2, {"size": (11, 13), "mode": "bilinear"}),
+    "bilinear_x1_7": (2, {"scale_factor": 1.7, "mode": "bilinear"}),  # the scale, not out / in, places samples
+    "bilinear_x1_7_recomputed": (2, {"scale_factor": 1.7, "mode": "bilinear", "recompute_scale_factor": True}),
+    "bilinear_down": (2, {"size": (3, 4), "mode": "bilinear"}),
+    "bicubic_x2": (2, {"scale_factor": 2, "mode": "bicubic"}),
+    "bicubic_size_corners": (2, {"size": (7, 9), "mode": "bicubic", "align_corners": True}),
+    "linear_x2": (1, {"scale_factor": 2, "mode": "linear"}),
+    "linear_size_corners": (1, {"size": 11, "mode": "linear", "align_corners": True}),
+    "nearest_1d_x2_5": (1, {"scale_factor": 2.5}),
+    "nearest_exact_1d_x1_5": (1, {"scale_factor": 1.5, "mode": "nearest-exact"}),
+    "trilinear_x2": (3, {"scale_factor": 2, "mode": "trilinear"}),
+    "trilinear_size_corners": (3, {"size": (5, 7, 6), "mode": "trilinear", "align_corners": True}),
+    "nearest_3d_x122": (3, {"scale_factor": (1, 2, 2)}),
+    "nearest_exact_3d_x2": (3, {"scale_factor": 2, "mode": "nearest-exact"}),
 }
 
 
@@ -141,11 +141,11 @@ def substituted(module, x, dynamic_shapes=None) -> tuple[Counter, list]:
 
 
 @pytest.mark.parametrize("keywords, rank", [
-    (dict(scale_factor=2), 2),
-    (dict(scale_factor=2, mode="nearest-exact"), 1),
-    (dict(scale_factor=2, mode="bilinear"), 2),
-    (dict(size=(4, 5), mode="bicubic"), 2),
-    (dict(scale_factor=2, mode="trilinear"), 3),
+    ({"scale_factor": 2}, 2),
+    ({"scale_factor": 2, "mode": "nearest-exact"}, 1),
+    ({"scale_factor": 2, "mode": "bilinear"}, 2),
+    ({"size": (4, 5), "mode": "bicubic"}, 2),
+    ({"scale_factor": 2, "mode": "trilinear"}, 3),
 ], ids=["nearest", "nearest-exact", "bilinear", "bicubic", "trilinear"])
 def test_substitute_replaces_the_upsample_node(keywords, rank):
     done, left = substituted(Interpolate(**keywords), torch.randn(2, 3, *SIZES[rank]))
