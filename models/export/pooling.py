@@ -126,7 +126,7 @@ def _along_axes(value, matrices: list[np.ndarray]):
         a, b = m.shape
         after = math.prod(sizes[k + 1 :])
         sizes[k] = b
-        if after == 1:  # (..., a) @ (a, b)
+        if k == rank - 1:  # the last axis: (..., a) @ (a, b)
             value = op.MatMul(value, _constant(m, dtype))
         else:  # (b, a) @ (N, -1, a, after)
             value = op.MatMul(_constant(m.T, dtype), op.Reshape(value, _ints([0, -1, a, after])))

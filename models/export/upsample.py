@@ -20,8 +20,7 @@ Resize's i / s in the last bit). Otherwise it is that matrix: a Gather of ATen's
 or pooling.py's MatMuls (linear, cubic), also for float64, which onnxruntime's Resize lacks.
 
 Left alone, as PyTorch spells them: antialiased upsampling (`_upsample_*_aa`: no backward
-translation); symbolic spatial sizes; a last spatial axis of size 1 (pooling.py's `_along_axes`
-fails there); dtypes other than float32 / float16 / bfloat16 / float64; arguments this module does
+translation); symbolic spatial sizes; dtypes other than float32 / float16 / bfloat16 / float64; arguments this module does
 not know; and sizes where ATen's forward or backward kernel is not what the per-axis matrices say
 (checked at export, `_placing_scales`: an axis that keeps its size under a scale other than 1, in
 nearest 1-D / 3-D and in bicubic, whose backward kernels copy such an axis while the forwards
@@ -166,10 +165,6 @@ def _arguments(node: fx.Node) -> tuple | None:
         return None
     output_size = list(result.shape[2:])
     if not all(type(s) is int for s in [*value.shape[2:], *output_size]):  # symbolic spatial sizes
-        return None
-    # pooling.py's _along_axes multiplies the wrong axis of an (..., a, 1) tensor (its `after == 1`
-    # case assumes the last axis): MatMul fails in onnxruntime
-    if rank > 1 and 1 in (value.shape[-1], output_size[-1]):
         return None
     if (size is None) == (scales is None):  # ATen wants exactly one
         return None
