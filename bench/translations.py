@@ -248,12 +248,16 @@ def _export(torch, case: Case, tensors):
     import warnings
 
     from ascend_grad.models.export import TABLE
+    from ascend_grad.models.export.scatter import respell_scatter_nd_add
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(_Call(torch, (case.exported or case.op)(torch), case.constants), tensors, dynamo=True,
                                     custom_translation_table=TABLE, verbose=False)
+    # as export_training_graph does: onnxruntime's ScatterND add races (a spelling with index_put
+    # gave a wrong sum now and then at 2 threads)
+    respell_scatter_nd_add(program.model.graph)
     return program.model_proto
 
 

@@ -2,7 +2,7 @@
 
     trace      torch.export, our ops put in, AOTAutograd's joint forward+backward (joint.py)
     check      decomposed as torch.onnx will; every op without a translation named at once (unsupported.py)
-    translate  torch.onnx with our translations (TABLE) -> ONNX
+    translate  torch.onnx with our translations (TABLE) -> ONNX; ScatterND's racy sums respelled (scatter.py)
     fuse       the graph pass on the result (what substitute.py could not put in: hand-written
                swish, GroupNorm then swish, float64 spellings), function bodies attached
 
@@ -20,7 +20,7 @@ import warnings
 import onnx
 from torch import nn
 
-from ascend_grad.models.export import DECOMPOSE, TABLE, joint, unsupported
+from ascend_grad.models.export import DECOMPOSE, TABLE, joint, scatter, unsupported
 from ascend_grad.models.export.interface import rename_interface
 
 STEPS = ("trace", "check", "translate", "fuse")
@@ -88,6 +88,7 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
     with _quiet():
         program = _core._exported_program_to_onnx_program(decomposed, registry=registry)
         _optimize(program, traced)
+        scatter.respell_scatter_nd_add(program.model.graph)  # onnxruntime's ScatterND add races
     model = _interface(program.model_proto, traced)
     if traced.batch_range is not None:  # what torch.export guaranteed; onnxruntime does not check it
         low, high = traced.batch_range

@@ -199,11 +199,25 @@ class Attention(nn.Module):
         return self.out(F.silu(y.transpose(1, 2).flatten(2)))
 
 
+class Indexing(nn.Module):
+    """An embedding, then indexing with repeated (and negative) positions: both backwards scatter
+    with index_put(accumulate=True), which torch.onnx writes as ScatterND(add), a racy kernel in
+    onnxruntime (models/export/scatter.py respells it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.fc = nn.Embedding(20, 32), nn.Linear(32, 32)
+
+    def forward(self, tokens, positions):
+        return F.silu(self.fc(self.embed(tokens)))[:, positions] * 2
+
+
 LAYERS = {
     # the other layers of real models, around one of our activations: their backward must export too
     "layer_norm_gelu": (lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(), nn.SiLU(), nn.Linear(16, 4)),
                         lambda: (torch.randn(3, 5, 8),)),
     "embedding": (lambda: nn.Sequential(nn.Embedding(10, 8), nn.Mish(), nn.Linear(8, 4)), lambda: (torch.tensor([[1, 2, 2, 9]]),)),
+    "indexing": (Indexing, lambda: (torch.randint(0, 20, (8, 64)), torch.randint(-64, 64, (200,)))),
     # (a head after the encoder's final LayerNorm: mean(LayerNorm(x)^2) is 1 up to eps, whose gradient
     # would be nothing but rounding)
     "multihead_attention": (lambda: nn.Sequential(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation=F.silu,
@@ -229,6 +243,7 @@ def test_other_layers_export_around_our_ops(name):
     model = export_training_graph(module, inputs)
     counted = activation_counts(module, inputs)
     assert sum(ours(model)[op] for op in ("SiluBackward", "MishBackward")) == counted["SiLU"] + counted["Mish"] > 0
+    assert not [n for n in model.graph.node if n.op_type == "ScatterND"]
     for what, runner in RUNNERS.items():
         assert_step_matches(model, module, inputs, runner, f"{name} ({what})")
 
