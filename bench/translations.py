@@ -51,18 +51,24 @@ def _randn(torch, *shape):
 # and diffusers' UNet2DModel / AutoencoderKL
 
 
+def conv_shapes(c_in, c_out, size, k, stride=1, padding=0, groups=1, dilation=1, transposed=False, output_padding=0):
+    """(grad_output's spatial sizes, the weight's shape) of a convolution (or, transposed, a
+    ConvTranspose) over spatial sizes `size`, kernel k on each axis."""
+    rank = len(size)
+    if transposed:
+        out = [(s - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 for s in size]
+        return out, (c_in, c_out // groups, *[k] * rank)
+    out = [(s + 2 * padding - dilation * (k - 1) - 1) // stride + 1 for s in size]
+    return out, (c_out, c_in // groups, *[k] * rank)
+
+
 def _conv(n, c_in, c_out, size, k, stride=1, padding=0, groups=1, dilation=1, transposed=False, output_padding=0,
           mask=(True, True, True)):
     """convolution_backward of a convolution over an (n, c_in, *size) input (1-D to 3-D; size an int
     is a square 2-D one), kernel k on each axis; a transposed one is the ConvTranspose's."""
     size = (size, size) if isinstance(size, int) else tuple(size)
     rank = len(size)
-    if transposed:
-        out = [(s - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 for s in size]
-        weight = (c_in, c_out // groups, *[k] * rank)
-    else:
-        out = [(s + 2 * padding - dilation * (k - 1) - 1) // stride + 1 for s in size]
-        weight = (c_out, c_in // groups, *[k] * rank)
+    out, weight = conv_shapes(c_in, c_out, size, k, stride, padding, groups, dilation, transposed, output_padding)
     label = (f"{'convT' if transposed else 'conv'}{rank}d {c_in}->{c_out} k{k} s{stride} p{padding}"
              + (f" d{dilation}" if dilation != 1 else "") + (f" g{groups}" if groups != 1 else "")
              + (f" op{output_padding}" if output_padding else "") + ("" if all(mask) else f" mask{''.join('1' if m else '0' for m in mask)}")

@@ -14,7 +14,6 @@ parameters that require grad, and the new values of the buffers the step updates
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -39,7 +38,6 @@ class Joint:
     gradients: list[str] = field(default_factory=list)  # parameter names, named_parameters() order
     buffers: list[str] = field(default_factory=list)  # updated buffers, named_buffers() order
     inputs: list[int] = field(default_factory=list)  # positions in example_inputs of the graph inputs
-    substituted: Counter = field(default_factory=Counter)
     batch_range: tuple[int, int | None] | None = None  # dynamic batch: the sizes the trace holds for
 
 
@@ -74,7 +72,8 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
     if dynamic_batch:  # DYNAMIC: a module may narrow the range (diffusers' Upsample2D branches on batch < 64)
         dynamic = {"inputs": tuple({0: torch.export.Dim.DYNAMIC} if t.dim() else None for t in args)}
     program = torch.export.export(wrapped, args, dynamic_shapes=dynamic)
-    substituted = substitute(program.graph_module) if ours else Counter()
+    if ours:
+        substitute(program.graph_module)
     upsample.substitute(program.graph_module)  # also without our ops: else upsampling's backward is index_put
     # AOTAutograd refuses a parameter that requires grad but gets none (unused in this forward):
     # such parameters are traced as frozen (their traced values, not the module's, stop requiring
@@ -84,7 +83,7 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
     if dynamic_batch:  # (torch.export itself refuses a forward that fixes it)
         _check_batch_symbolic(joint, "tracing the backward")
     gradients, buffers = _user_outputs(joint, wrapped, unused)
-    return Joint(program, joint, gradients, buffers, tensors, substituted, _batch_range(program) if dynamic_batch else None)
+    return Joint(program, joint, gradients, buffers, tensors, _batch_range(program) if dynamic_batch else None)
 
 
 def _check_batch_symbolic(program: ExportedProgram, stage: str) -> None:

@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
+from ascend_grad.bench.translations import conv_shapes  # noqa: E402
 from ascend_grad.models.export import convolution  # noqa: E402
 from ascend_grad.testing import BFLOAT16, assert_close, run_onnxruntime  # noqa: E402
 
@@ -81,12 +82,7 @@ def conv_case(n, c_in, c_out, size, k, stride=1, padding=0, dilation=1, groups=1
               mask=ALL, bias=True, dtype=torch.float32, seed=0):
     """(grad_output, input, weight) and the op's constants for a convolution over (n, c_in, *size)."""
     rank = len(size)
-    if transposed:
-        out = [(s - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 for s in size]
-        weight = (c_in, c_out // groups, *[k] * rank)
-    else:
-        out = [(s + 2 * padding - dilation * (k - 1) - 1) // stride + 1 for s in size]
-        weight = (c_out, c_in // groups, *[k] * rank)
+    out, weight = conv_shapes(c_in, c_out, size, k, stride, padding, groups, dilation, transposed, output_padding)
     generator = torch.Generator().manual_seed(seed)
     tensors = [torch.randn(shape, generator=generator).to(dtype) for shape in [(n, c_out, *out), (n, c_in, *size), weight]]
     constants = ([c_out] if bias else None, [stride] * rank, [padding] * rank, [dilation] * rank, transposed,
