@@ -23,7 +23,6 @@ from torch import nn
 from ascend_grad.models.export import DECOMPOSE, TABLE, joint, scatter, unsupported
 from ascend_grad.models.export.interface import rename_interface
 
-STEPS = ("trace", "check", "translate", "fuse")
 # metadata key: with dynamic_batch, the batch sizes the traced step holds for ("2.." or "2..63": a
 # module may branch on the batch size, and torch.export then narrows the range)
 BATCH_RANGE = "ascend_grad.batch_range"
