@@ -16,6 +16,7 @@ from onnxscript.rewriter._basics import MatchResult
 
 from ascend_grad import DOMAIN
 from ascend_grad.graph_passes._graph import clear_memo, is_live
+from ascend_grad.ops._schema import FLOAT_TYPES  # the op set's dtypes
 
 
 @dataclass
@@ -41,14 +42,10 @@ def start_notes() -> Notes:
     return _current
 
 
-# the op set's dtypes: a gradient in any other (float64, say) has no ascend.grad form
-OP_SET_DTYPES = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
-
-
 def dtype_refusal(**values: ir.Value | None) -> str | None:
     """Why values of these dtypes cannot go into an ascend.grad node, or None."""
     for name, value in values.items():
-        if value is not None and value.dtype is not None and value.dtype not in OP_SET_DTYPES:
+        if value is not None and value.dtype is not None and value.dtype not in FLOAT_TYPES:  # (float64, say)
             return f"{name} is {value.dtype.name}: the op set takes float, float16 and bfloat16 only"
     return None
 

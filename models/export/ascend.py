@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from onnxscript import opset18 as op
 from torch import Tensor
 
+from ascend_grad.ops._schema import FLOAT_TYPES  # the op set's dtypes
 from ascend_grad.ops._script import ascend  # importing ascend_grad.ops registers the schemas with onnx
 
 # ---- the torch side
@@ -153,9 +154,7 @@ def silu_onnx(x):
 
 
 def _in_op_set(*values) -> bool:
-    import onnx_ir as ir
-
-    return all(v.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16) for v in values)
+    return all(v.dtype in FLOAT_TYPES for v in values)
 
 
 def silu_backward_onnx(grad_output, x):
