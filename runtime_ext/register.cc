@@ -1,43 +1,20 @@
 // RegisterCustomOps: the library's only exported symbol. onnxruntime calls it from
-// SessionOptions.register_custom_ops_library; it registers every op of the set for every dtype
-// combination its onnxscript function serves (when the library is registered, onnxruntime runs
-// these kernels and ignores the model's function bodies, so a missing combination would break
-// the model).
+// SessionOptions.register_custom_ops_library; it registers every op of the set in one domain, for
+// the CPU EP (cpu/register.cc) and for the CANN EP (cann/register.cc). A runtime without the CANN EP
+// never places a node there: the CANN registrations are inert on it.
 #include <cstdio>
-#include <memory>
 #include <mutex>
-#include <vector>
 
-#include "cpu/custom_op.h"
+#include "common/custom_op.h"
+#include "common/op_set.h"
 #include "cpu/kernels.h"
 #include "cpu/ops.h"
-#include "op_set.h"
 
 namespace ascend_grad {
 namespace {
 
-constexpr DType kF = DType::kFloat, kH = DType::kFloat16, kB = DType::kBFloat16;
-constexpr DType kAll[] = {kF, kH, kB};
-
-struct Registry {
-  OrtCustomOpDomain* domain = nullptr;
-  std::vector<std::unique_ptr<OrtCustomOp>> ops;
-};
-
-template <typename Kernel, typename... Types>
-void Add(Registry* registry, uint32_t version, Types... types) {
-  registry->ops.push_back(std::make_unique<TypedOp<Kernel>>(version, std::array<DType, sizeof...(Types)>{types...}));
-}
-
 OrtStatus* Build(Registry* registry, uint32_t version) {
-  for (DType t : kAll) Add<SiluBackwardKernel>(registry, version, t, t, t);
-  for (DType a : kAll) {
-    for (DType b : kAll) {
-      Add<MishBackwardKernel>(registry, version, a, b, Promote(a, b));
-      Add<GroupNormSwishGradKernel>(registry, version, a, b, b, a, b, b, a, b, b);  // T, U: dy mean rstd x gamma beta -> dx dgamma dbeta
-      Add<GroupNormSwishKernel>(registry, version, a, b, b, a, b, b);              // x gamma beta -> y mean rstd
-    }
-  }
+  AddCpuKernels(registry, version);
   ASCEND_GRAD_RETURN_IF_ERROR(Api().CreateCustomOpDomain(kDomain, &registry->domain));
   for (auto& op : registry->ops) ASCEND_GRAD_RETURN_IF_ERROR(Api().CustomOpDomain_Add(registry->domain, op.get()));
   return nullptr;

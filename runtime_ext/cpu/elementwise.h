@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/dtype.h"
+#include "common/dtype.h"
 #include "cpu/kernels.h"
-#include "cpu/ort.h"
+#include "common/ort.h"
 
 namespace ascend_grad {
 

@@ -7,11 +7,7 @@ namespace ascend_grad {
 OrtStatus* GroupNormSwishKernel::Init(const OrtKernelInfo* info, const DType* types) {
   t_ = types[0];
   u_ = types[1];
-  ASCEND_GRAD_RETURN_IF_ERROR(layout_.ReadAttributes(info, kName));
-  ASCEND_GRAD_RETURN_IF_ERROR(ReadAttribute(info, kName, "eps", &eps_, 1e-5f));
-  if (!(eps_ >= 0.0f)) return InvalidArgument(kName, "eps must be >= 0, got " + std::to_string(eps_));
-  ASCEND_GRAD_RETURN_IF_ERROR(ReadAttribute(info, kName, "swish_scale", &swish_scale_, 1.0f));
-  return ReadFlag(info, kName, "activate_swish", &activate_swish_);
+  return attributes_.Read(info);
 }
 
 OrtStatus* GroupNormSwishKernel::Compute(OrtKernelContext* context) {
@@ -19,11 +15,11 @@ OrtStatus* GroupNormSwishKernel::Compute(OrtKernelContext* context) {
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 0, &x));
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 1, &gamma));
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 2, &beta));
-  GroupNormLayout layout = layout_;
-  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadShape(kName, "x", x.shape));
-  std::vector<float> gamma_f, beta_f;
-  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadParameter(kName, "gamma", gamma, u_, &gamma_f));
-  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadParameter(kName, "beta", beta, u_, &beta_f));
+  GroupNormLayout layout = attributes_.layout;
+  ASCEND_GRAD_RETURN_IF_ERROR(CheckGroupNormSwish(x, gamma, beta, &layout));
+  std::vector<float> gamma_f(static_cast<size_t>(layout.C)), beta_f(static_cast<size_t>(layout.C));
+  LoadFloats(u_, gamma.data, gamma_f.size(), gamma_f.data());
+  LoadFloats(u_, beta.data, beta_f.size(), beta_f.data());
 
   const int64_t N = layout.N, G = layout.num_groups;
   TensorView y, mean, rstd;
@@ -35,7 +31,7 @@ OrtStatus* GroupNormSwishKernel::Compute(OrtKernelContext* context) {
   std::vector<float> mean_f(static_cast<size_t>(N * G), 0.0f), rstd_f(static_cast<size_t>(N * G), 0.0f);
   const GroupNormArgs args{x.data,       y.data,          gamma_f.data(), beta_f.data(),   mean_f.data(),
                            rstd_f.data(), N,              layout.C,       layout.HxW,      G,
-                           eps_,          swish_scale_,   activate_swish_, layout.channels_last};
+                           attributes_.eps, attributes_.swish_scale, attributes_.activate_swish, layout.channels_last};
   const GroupNormFn fn = Kernels().group_norm_swish[static_cast<int>(t_)];
   auto task = [&](size_t t) { fn(args, static_cast<int64_t>(t)); };
   if (N * layout.C > 0) {

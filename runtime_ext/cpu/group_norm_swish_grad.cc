@@ -7,26 +7,20 @@ namespace ascend_grad {
 OrtStatus* GroupNormSwishGradKernel::Init(const OrtKernelInfo* info, const DType* types) {
   t_ = types[0];
   u_ = types[1];
-  ASCEND_GRAD_RETURN_IF_ERROR(layout_.ReadAttributes(info, kName));
-  ASCEND_GRAD_RETURN_IF_ERROR(ReadAttribute(info, kName, "swish_scale", &swish_scale_, 1.0f));
-  ASCEND_GRAD_RETURN_IF_ERROR(ReadFlag(info, kName, "dgamma_is_require", &dgamma_on_));
-  return ReadFlag(info, kName, "dbeta_is_require", &dbeta_on_);
+  return attributes_.Read(info);
 }
 
 OrtStatus* GroupNormSwishGradKernel::Compute(OrtKernelContext* context) {
-  TensorView dy, mean, rstd, x, gamma, beta;
-  TensorView* inputs[] = {&dy, &mean, &rstd, &x, &gamma, &beta};
-  for (size_t i = 0; i < 6; ++i) ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, i, inputs[i]));
-  GroupNormLayout layout = layout_;
-  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadShape(kName, "x", x.shape));
-  if (dy.shape != x.shape) {
-    return InvalidArgument(kName, "dy " + ShapeString(dy.shape) + " and x " + ShapeString(x.shape) + " must have the same shape");
-  }
+  TensorView inputs[6];
+  for (size_t i = 0; i < 6; ++i) ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, i, &inputs[i]));
+  const TensorView &dy = inputs[0], &mean = inputs[1], &rstd = inputs[2], &x = inputs[3], &gamma = inputs[4], &beta = inputs[5];
+  GroupNormLayout layout = attributes_.layout;
+  ASCEND_GRAD_RETURN_IF_ERROR(CheckGroupNormSwishGrad(inputs, &layout));
   std::vector<float> gamma_f, beta_f, mean_f, rstd_f;
-  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadParameter(kName, "gamma", gamma, u_, &gamma_f));
-  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadParameter(kName, "beta", beta, u_, &beta_f));
-  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadStatistic(kName, "mean", mean, u_, &mean_f));
-  ASCEND_GRAD_RETURN_IF_ERROR(layout.ReadStatistic(kName, "rstd", rstd, u_, &rstd_f));
+  for (auto [view, floats] : {std::pair{&gamma, &gamma_f}, {&beta, &beta_f}, {&mean, &mean_f}, {&rstd, &rstd_f}}) {
+    floats->resize(static_cast<size_t>(ElementCount(view->shape)));
+    LoadFloats(u_, view->data, floats->size(), floats->data());
+  }
 
   TensorView dx, dgamma, dbeta;
   const std::vector<int64_t> c_shape{layout.C};
@@ -39,7 +33,7 @@ OrtStatus* GroupNormSwishGradKernel::Compute(OrtKernelContext* context) {
   const GroupNormGradArgs args{dy.data,          x.data,         dx.data,          mean_f.data(),
                                rstd_f.data(),    gamma_f.data(), beta_f.data(),    dbeta_nc.data(),
                                dgamma_nc.data(), N,              C,                layout.HxW,
-                               G,                swish_scale_,   layout.channels_last};
+                               G,                attributes_.swish_scale, layout.channels_last};
   const GroupNormGradFn fn = Kernels().group_norm_swish_grad[static_cast<int>(t_)];
   auto task = [&](size_t t) { fn(args, static_cast<int64_t>(t)); };
   if (N * C * layout.HxW > 0) {
@@ -57,8 +51,8 @@ OrtStatus* GroupNormSwishGradKernel::Compute(OrtKernelContext* context) {
     }
     StoreFloats(u_, total.data(), total.size(), view.data);
   };
-  write(dgamma, dgamma_on_, dgamma_nc);
-  write(dbeta, dbeta_on_, dbeta_nc);
+  write(dgamma, attributes_.dgamma_on, dgamma_nc);
+  write(dbeta, attributes_.dbeta_on, dbeta_nc);
   return nullptr;
 }
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cpu/dtype.h"
+#include "common/dtype.h"
 
 namespace ascend_grad {
 

@@ -16,21 +16,10 @@ OrtStatus* MishBackwardKernel::Compute(OrtKernelContext* context) {
   TensorView dy, x, dx;
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 0, &dy));
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 1, &x));
-  for (const TensorView* input : {&dy, &x}) {
-    const char* name = input == &dy ? "gradOutput" : "self";
-    if (input->shape.size() > kMaxRank) {
-      return InvalidArgument(kName, std::string("rank must be 0 to 8, got ") + name + " " + ShapeString(input->shape));
-    }
-    if (ElementCount(input->shape) == 0) {
-      return InvalidArgument(kName, std::string(name) + " is empty " + ShapeString(input->shape) +
-                                        "; aclnnMishBackward rejects empty tensors");
-    }
-  }
+  std::vector<int64_t> out_shape;
+  ASCEND_GRAD_RETURN_IF_ERROR(CheckMishBackward(dy, x, &out_shape));
   BroadcastPlan plan;
-  if (!plan.Build(dy.shape, x.shape)) {
-    return InvalidArgument(kName, "gradOutput " + ShapeString(dy.shape) + " and self " + ShapeString(x.shape) +
-                                      " do not broadcast");
-  }
+  plan.Build(dy.shape, x.shape);  // (they broadcast: checked)
   ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, plan.out_shape, &dx));
   const ElementwiseFn fn = Kernels().mish_backward[static_cast<int>(dy_type_)][static_cast<int>(x_type_)];
   return RunElementwise(context, fn, plan, dy, dy_type_, x, x_type_, dx.data, Promote(dy_type_, x_type_));

@@ -15,13 +15,7 @@ OrtStatus* SiluBackwardKernel::Compute(OrtKernelContext* context) {
   TensorView dy, x, dx;
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 0, &dy));
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 1, &x));
-  if (dy.shape != x.shape) {
-    return InvalidArgument(kName, "gradOutput " + ShapeString(dy.shape) + " and self " + ShapeString(x.shape) +
-                                      " must have the same shape");
-  }
-  if (x.shape.size() > kMaxRank) {
-    return InvalidArgument(kName, "rank must be 0 to 8, got self " + ShapeString(x.shape));
-  }
+  ASCEND_GRAD_RETURN_IF_ERROR(CheckSiluBackward(dy, x));
   ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, x.shape, &dx));
   if (ElementCount(x.shape) == 0) return nullptr;
   BroadcastPlan plan;

@@ -17,7 +17,7 @@
 #include <immintrin.h>
 #endif
 
-#include "cpu/dtype.h"
+#include "common/dtype.h"
 #include "cpu/kernels.h"
 
 #ifndef ASCEND_GRAD_ISA

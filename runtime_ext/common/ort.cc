@@ -1,4 +1,4 @@
-#include "cpu/ort.h"
+#include "common/ort.h"
 
 #include <cstring>
 

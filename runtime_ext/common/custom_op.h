@@ -4,6 +4,7 @@
 //
 // A Kernel type provides:
 //   static constexpr const char* kName;
+//   static constexpr const char* kProvider;   // the execution provider; nullptr = CPU
 //   static constexpr size_t kInputs, kOutputs, kRequiredOutputs;   // outputs past these are optional
 //   OrtStatus* Init(const OrtKernelInfo*, const DType* types);   // attributes; an error drops the kernel
 //   OrtStatus* Compute(OrtKernelContext*);
@@ -13,9 +14,10 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <vector>
 
-#include "cpu/dtype.h"
-#include "cpu/ort.h"
+#include "common/dtype.h"
+#include "common/ort.h"
 
 namespace ascend_grad {
 
@@ -30,7 +32,7 @@ struct TypedOp : OrtCustomOp {
     // binary registers with 1.19 (API 19) and with the newest runtime.
     version = api_version;
     GetName = [](const OrtCustomOp*) { return Kernel::kName; };
-    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return nullptr; };  // CPU
+    GetExecutionProviderType = [](const OrtCustomOp*) -> const char* { return Kernel::kProvider; };
     GetInputTypeCount = [](const OrtCustomOp*) { return Kernel::kInputs; };
     GetOutputTypeCount = [](const OrtCustomOp*) { return Kernel::kOutputs; };
     GetInputType = [](const OrtCustomOp* op, size_t i) { return OnnxType(Self(op)->types[i]); };
@@ -60,6 +62,18 @@ struct TypedOp : OrtCustomOp {
 
  private:
   static const TypedOp* Self(const OrtCustomOp* op) { return static_cast<const TypedOp*>(op); }
+};
+
+// The ops one library registers, in its one domain. shared_ptr keeps each op's real type for the
+// delete (OrtCustomOp has no virtual destructor).
+struct Registry {
+  OrtCustomOpDomain* domain = nullptr;
+  std::vector<std::shared_ptr<OrtCustomOp>> ops;
+
+  template <typename Kernel, typename... Types>
+  void Add(uint32_t api_version, Types... types) {
+    ops.push_back(std::make_shared<TypedOp<Kernel>>(api_version, std::array<DType, sizeof...(Types)>{types...}));
+  }
 };
 
 }  // namespace ascend_grad

@@ -1,5 +1,5 @@
 // What GroupNormSwish and GroupNormSwishGrad share: the layout attributes and x's shape checks.
-#include "cpu/ops.h"
+#include "common/ops.h"
 
 namespace ascend_grad {
 
@@ -29,26 +29,20 @@ OrtStatus* GroupNormLayout::ReadShape(const char* op, const char* name, const st
   return nullptr;
 }
 
-OrtStatus* GroupNormLayout::ReadParameter(const char* op, const char* name, const TensorView& t, DType type,
-                                          std::vector<float>* out) const {
+OrtStatus* GroupNormLayout::CheckParameter(const char* op, const char* name, const TensorView& t) const {
   if (t.shape.size() != 1 || t.shape[0] != C) {
     return InvalidArgument(op, std::string(name) + " must be 1-D with C = " + std::to_string(C) + " elements, got shape " +
                                    ShapeString(t.shape));
   }
-  out->resize(static_cast<size_t>(C));
-  LoadFloats(type, t.data, out->size(), out->data());
   return nullptr;
 }
 
-OrtStatus* GroupNormLayout::ReadStatistic(const char* op, const char* name, const TensorView& t, DType type,
-                                          std::vector<float>* out) const {
+OrtStatus* GroupNormLayout::CheckStatistic(const char* op, const char* name, const TensorView& t) const {
   if (ElementCount(t.shape) != N * num_groups) {
     return InvalidArgument(op, std::string(name) + " " + ShapeString(t.shape) + " has " + std::to_string(ElementCount(t.shape)) +
                                    " elements, N * num_groups is " + std::to_string(N) + " * " + std::to_string(num_groups) +
                                    " = " + std::to_string(N * num_groups));
   }
-  out->resize(static_cast<size_t>(N * num_groups));
-  LoadFloats(type, t.data, out->size(), out->data());
   return nullptr;
 }
 

@@ -7,4 +7,10 @@ namespace ascend_grad {
 constexpr const char* kDomain = "ascend.grad";
 constexpr int kOpsetVersion = 1;
 
+// the ops' names, as every backend registers them
+constexpr const char* kSiluBackward = "SiluBackward";
+constexpr const char* kMishBackward = "MishBackward";
+constexpr const char* kGroupNormSwishGrad = "GroupNormSwishGrad";
+constexpr const char* kGroupNormSwish = "GroupNormSwish";
+
 }  // namespace ascend_grad
