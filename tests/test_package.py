@@ -7,6 +7,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 import ascend_grad
 
 
@@ -43,3 +45,38 @@ def test_console_script():
     assert "eps=1e-05" in done.stdout
     done = subprocess.run([script, "no-such-command"], capture_output=True, text=True)
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    "flavour",
+    ["onnxruntime-cann==1.24.4", "onnxruntime-training-cpu==1.19.2"],
+)
+def test_installs_beside_an_onnxruntime_flavour(flavour, tmp_path):
+    """`pip install <this repository>` into an environment holding another onnxruntime distribution
+    keeps it: no CPU onnxruntime pulled over it, and the flavour's runtime is what ascend_grad uses."""
+    if sys.version_info[:2] != (3, 11) or sysconfig.get_platform() != "linux-x86_64":
+        pytest.skip(f"{flavour} has wheels for CPython 3.11 on Linux x86_64 only; this is {sysconfig.get_platform()} {sys.version}")
+    import venv
+
+    venv.create(tmp_path / "env", with_pip=True)
+    python = tmp_path / "env" / "bin" / "python"
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, flavour, "numpy<2"], check=True)  # (both flavours need numpy 1)
+    subprocess.run([*pip, str(REPO), "numpy<2"], check=True)
+    listed = subprocess.run([python, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True).stdout
+    names = {line.split("==")[0].lower() for line in listed.splitlines()}
+    assert flavour.split("==")[0] in names and "ascend-grad" in names
+    assert "onnxruntime" not in names, listed
+    probe = (
+        "import onnxruntime as ort, ascend_grad.runtime_ext as r, importlib.metadata as m;"
+        "print(ort.__version__, [d for d in m.distribution('ascend-grad').requires if 'onnxruntime' in d]);"
+        "o = r.session_options()"
+    )
+    done = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    version, requirement = done.stdout.split(" ", 1)
+    assert version == flavour.split("==")[1]
+    assert flavour.split("==")[0] + ">=1.19" in requirement
