@@ -21,6 +21,7 @@ import os
 
 import onnx
 import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 
 from ascend_grad import DOMAIN
 from ascend_grad.graph_passes.ascend import (
@@ -85,6 +86,7 @@ def export_for_ascend(model) -> tuple[onnx.ModelProto, dict]:
     copies.rewrite(ir_model, names, log)
     infer_shapes(ir_model)
     broadcast.rewrite(ir_model, names, log)
+    RemoveUnusedNodesPass()(ir_model)  # initializers a rewrite left unread
     ir_model.graph.sort()
 
     placements = place(ir_model)

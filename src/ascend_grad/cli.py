@@ -115,6 +115,9 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     if args.verify and os.path.realpath(args.output) == os.path.realpath(args.input):
         raise InputError(f"{args.output}: --verify runs IN and OUT side by side; write OUT to another path")
     fused, report = fuse_backward_ops(model)
+    plan = None
+    if args.target == "ascend":  # the graph made right for onnxruntime-cann, and its plan
+        fused, plan = _export_for_ascend(fused, args.input)
     _save_model(fused, args.output)
     fused_ops = ", ".join(f"{op} x{n}" for op, n in report.counts.items() if n) or "nothing"
     print(f"fused: {fused_ops}; nodes {report.nodes_before} -> {report.nodes_after}")
@@ -122,6 +125,9 @@ def cmd_fuse(args: argparse.Namespace) -> int:
         print(f"left alone: {where}: {why}")
     result = report.to_dict()
     print(f"wrote {args.output}")
+    if plan is not None:
+        _write_plan(args.output, plan)
+        result["ascend"] = plan
     if args.verify:
         from ascend_grad.verify import compare_models
 
@@ -136,6 +142,35 @@ def cmd_fuse(args: argparse.Namespace) -> int:
             return 1
     _write_report(args.report, result)
     return 0
+
+
+def _export_for_ascend(fused, source: str):
+    """The fused graph made right for onnxruntime-cann (graph_passes.ascend), or a one-line refusal."""
+    import onnx_ir as ir
+
+    from ascend_grad.graph_passes.ascend import CannotLoad, export_for_ascend
+
+    try:
+        model, plan = export_for_ascend(fused)
+        return ir.serde.deserialize_model(model), plan
+    except CannotLoad as error:
+        raise InputError(f"{source}: {error}") from None
+
+
+def _write_plan(output: str, plan: dict) -> None:
+    """OUT.ascend.json beside OUT, and a summary of it."""
+    from collections import Counter
+
+    path = output + ".ascend.json"
+    with open(path, "w") as f:
+        json.dump(plan, f, indent=1)
+    print(f"ascend: {plan['npu_nodes']} nodes on the NPU, {plan['host_nodes']} on the host; host<->device copies "
+          f"{plan['host_device_copies_before']} -> {plan['host_device_copies']} (Memcpy nodes onnxruntime inserts)")
+    kinds = Counter(r["what"].split(" (")[0] for r in plan["rewrites"])
+    for what, n in kinds.items():
+        print(f"rewrote: {what}" + (f" x{n}" if n > 1 else ""))
+    options = ", ".join(f"{k}={v}" for k, v in {**plan["provider_options"], **plan["session_options"]}.items())
+    print(f"wrote {path} (run OUT with {options}: runtime_ext.cann_session)")
 
 
 TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")
@@ -378,8 +413,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fuse.add_argument("input", metavar="IN.onnx")
     fuse.add_argument("-o", "--output", metavar="OUT.onnx", required=True)
-    fuse.add_argument("--target", choices=["cpu"], default="cpu",
-                      help="where the fused graph runs: cpu (onnxruntime's CPU execution provider with the kernel library, or the ops' function bodies anywhere)")
+    fuse.add_argument("--target", choices=["cpu", "ascend"], default="cpu",
+                      help="where the fused graph runs: cpu (onnxruntime's CPU execution provider with the kernel library, "
+                      "or the ops' function bodies anywhere), or ascend (onnxruntime-cann's CANN execution provider: "
+                      "OUT made right for it, and its plan in OUT.ascend.json)")
     fuse.add_argument("--verify", action="store_true",
                       help="run IN and OUT in onnxruntime (OUT with the kernel library) on random inputs and compare every output")
     fuse.add_argument("--report", metavar="FILE.json", help="write what was fused, and why anything was left alone")
