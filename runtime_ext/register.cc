@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "cann/ops.h"
 #include "common/custom_op.h"
 #include "common/op_set.h"
 #include "cpu/kernels.h"
@@ -15,6 +16,7 @@ namespace {
 
 OrtStatus* Build(Registry* registry, uint32_t version) {
   AddCpuKernels(registry, version);
+  AddCannKernels(registry, version);
   ASCEND_GRAD_RETURN_IF_ERROR(Api().CreateCustomOpDomain(kDomain, &registry->domain));
   for (auto& op : registry->ops) ASCEND_GRAD_RETURN_IF_ERROR(Api().CustomOpDomain_Add(registry->domain, op.get()));
   return nullptr;

@@ -41,6 +41,7 @@ OrtStatus* Describe(const OrtValue* value, TensorView* out) {
   }
   Api().ReleaseTensorTypeAndShapeInfo(info);
   ASCEND_GRAD_RETURN_IF_ERROR(status);
+  out->value = value;
   return Api().GetTensorMutableData(const_cast<OrtValue*>(value), &out->data);
 }
 }  // namespace

@@ -37,6 +37,7 @@ struct TensorView {
   ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   std::vector<int64_t> shape;
   void* data = nullptr;
+  const OrtValue* value = nullptr;  // onnxruntime's value (null for an output the node leaves out)
 };
 
 OrtStatus* GetInput(OrtKernelContext* context, size_t index, TensorView* out);

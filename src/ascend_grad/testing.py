@@ -109,6 +109,27 @@ def group_norm_feeds(
     return {"dy": dy, "mean": mean.astype(U), "rstd": rstd.astype(U), "x": x, "gamma": gamma, "beta": beta}
 
 
+def cast_wrapped(op_type: str, inputs: Mapping[str, np.ndarray], outputs: Sequence[str], **attributes):
+    """(model, feeds): one ascend.grad node inside a float32 model, each input Cast to its dtype and
+    each output Cast back to float32 (as out_<name>), so that runtimes whose Python API has no
+    bfloat16 still run the bfloat16 kernels. An empty name in `outputs` leaves that output out."""
+    from onnx import helper
+
+    nodes, graph_inputs, feeds = [], [], {}
+    for name, value in inputs.items():
+        elem = helper.np_dtype_to_tensor_dtype(value.dtype)
+        nodes.append(helper.make_node("Cast", [f"in_{name}"], [name], to=elem))
+        graph_inputs.append(helper.make_tensor_value_info(f"in_{name}", TensorProto.FLOAT, value.shape))
+        feeds[f"in_{name}"] = value.astype(np.float32)
+    nodes.append(helper.make_node(op_type, list(inputs), list(outputs), domain="ascend.grad", name=op_type, **attributes))
+    for name in filter(None, outputs):
+        nodes.append(helper.make_node("Cast", [name], [f"out_{name}"], to=TensorProto.FLOAT))
+    graph_outputs = [helper.make_tensor_value_info(f"out_{o}", TensorProto.FLOAT, None) for o in filter(None, outputs)]
+    graph = helper.make_graph(nodes, op_type, graph_inputs, graph_outputs)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ascend.grad", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10), feeds
+
+
 def away_from(x: np.ndarray, point: float, margin: float = 0.25) -> np.ndarray:
     """x with values within `margin` of `point` moved 2 * margin above it.
 

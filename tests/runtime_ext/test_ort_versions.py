@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from ascend_grad import ops, runtime_ext
 from ascend_grad.testing import (
     FLOAT_DTYPES,
     TOLERANCE,
     assert_close,
+    cast_wrapped,
     group_norm_feeds,
     random_array,
     run_onnxruntime,
@@ -52,42 +52,25 @@ for path in sorted(glob.glob(os.path.join(folder, "*.onnx"))):
 """
 
 
-def _cast_wrapped(op_type, inputs, outputs, **attrs):
-    """op_type inside a float32 model: each input Cast to its dtype, each output Cast back."""
-    nodes, graph_inputs, feeds = [], [], {}
-    for name, value in inputs.items():
-        elem = helper.np_dtype_to_tensor_dtype(value.dtype)
-        nodes.append(helper.make_node("Cast", [f"in_{name}"], [name], to=elem))
-        graph_inputs.append(helper.make_tensor_value_info(f"in_{name}", TensorProto.FLOAT, value.shape))
-        feeds[f"in_{name}"] = value.astype(np.float32)
-    nodes.append(helper.make_node(op_type, list(inputs), list(outputs), domain="ascend.grad", **attrs))
-    for name in outputs:
-        nodes.append(helper.make_node("Cast", [name], [f"out_{name}"], to=TensorProto.FLOAT))
-    graph_outputs = [helper.make_tensor_value_info(f"out_{o}", TensorProto.FLOAT, None) for o in outputs]
-    graph = helper.make_graph(nodes, op_type, graph_inputs, graph_outputs)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ascend.grad", 1)], ir_version=10)
-    return model, feeds
-
-
 def _cases(rng):
     """(name, model, feeds, {output: (reference, dtype)}) for every op and dtype combination."""
     for T in DTYPES:
         go, x = random_array(rng, (3, 517), T), random_array(rng, (3, 517), T, scale=4.0)
-        model, feeds = _cast_wrapped("SiluBackward", {"gradOutput": go, "self": x}, ["gradInput"])
+        model, feeds = cast_wrapped("SiluBackward", {"gradOutput": go, "self": x}, ["gradInput"])
         yield f"silu-{T.name}", model, feeds, {"out_gradInput": (ops.reference.silu_backward(go, x), T)}
     for a, b in itertools.product(DTYPES, repeat=2):
         go, x = random_array(rng, (3, 1, 257), a), random_array(rng, (4, 257), b, scale=4.0)
-        model, feeds = _cast_wrapped("MishBackward", {"gradOutput": go, "self": x}, ["gradInput"])
+        model, feeds = cast_wrapped("MishBackward", {"gradOutput": go, "self": x}, ["gradInput"])
         out_type = a if a == b else np.dtype(np.float32)
         yield f"mish-{a.name}-{b.name}", model, feeds, {"out_gradInput": (ops.reference.mish_backward(go, x), out_type)}
     for (T, U), data_format in itertools.product(itertools.product(DTYPES, repeat=2), ["NCHW", "NHWC"]):
         shape = (2, 32, 6, 7) if data_format == "NCHW" else (2, 6, 7, 32)
         inputs = group_norm_feeds(rng, shape, 8, T, U, data_format)
-        model, feeds = _cast_wrapped("GroupNormSwishGrad", inputs, ["dx", "dgamma", "dbeta"], num_groups=8, data_format=data_format)
+        model, feeds = cast_wrapped("GroupNormSwishGrad", inputs, ["dx", "dgamma", "dbeta"], num_groups=8, data_format=data_format)
         ref = ops.reference.group_norm_swish_grad(*inputs.values(), 8, data_format=data_format)
         yield f"gn-grad-{T.name}-{U.name}-{data_format}", model, feeds, {"out_dx": (ref[0], T), "out_dgamma": (ref[1], U), "out_dbeta": (ref[2], U)}
         inputs = {k: inputs[k] for k in ("x", "gamma", "beta")}
-        model, feeds = _cast_wrapped("GroupNormSwish", inputs, ["y", "mean", "rstd"], num_groups=8, data_format=data_format)
+        model, feeds = cast_wrapped("GroupNormSwish", inputs, ["y", "mean", "rstd"], num_groups=8, data_format=data_format)
         ref = ops.reference.group_norm_swish(*inputs.values(), 8, data_format=data_format)
         yield f"gn-{T.name}-{U.name}-{data_format}", model, feeds, {"out_y": (ref[0], T), "out_mean": (ref[1], U), "out_rstd": (ref[2], U)}
 
@@ -105,7 +88,7 @@ def cases(tmp_path_factory):
     x = np.zeros((2, 63, 4), np.float32)
     bad = {"dy": x, "mean": np.zeros((2, 32), np.float32), "rstd": np.zeros((2, 32), np.float32), "x": x,
            "gamma": np.zeros(63, np.float32), "beta": np.zeros(63, np.float32)}
-    model, feeds = _cast_wrapped("GroupNormSwishGrad", bad, ["dx"], num_groups=32)
+    model, feeds = cast_wrapped("GroupNormSwishGrad", bad, ["dx"], num_groups=32)
     onnx.save(model, folder / "zz-rejected.onnx")
     np.savez(folder / "zz-rejected.inputs.npz", **feeds)
     return folder, built
