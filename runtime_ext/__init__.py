@@ -3,11 +3,14 @@
     import onnxruntime as ort
     from ascend_grad import runtime_ext
     session = ort.InferenceSession("fused.onnx", runtime_ext.session_options())
+    session = runtime_ext.cann_session("fused.onnx")   # on an Ascend NPU, with onnxruntime-cann
 
 With the library registered, onnxruntime runs these kernels for the ascend.grad nodes (and ignores
 the model's function bodies); without it, it inlines the bodies. One binary serves onnxruntime 1.19
 to the newest release and picks AVX-512, AVX2 or portable code for the CPU it runs on
-(ASCEND_GRAD_ISA=avx512|avx2|generic forces one; ASCEND_GRAD_VERBOSE=1 says which).
+(ASCEND_GRAD_ISA=avx512|avx2|generic forces one; ASCEND_GRAD_VERBOSE=1 says which). The same library
+registers every op for onnxruntime's CANN execution provider too: one aclnn call per node, CANN found
+at run time ($ASCEND_HOME_PATH/lib64, else already loaded, else /usr/local/Ascend/ascend-toolkit/latest).
 """
 
 from __future__ import annotations
@@ -34,3 +37,50 @@ def session_options(options=None):
     options = ort.SessionOptions() if options is None else options
     options.register_custom_ops_library(library_path())
     return options
+
+
+CANN = "CANNExecutionProvider"
+# Single-operator mode: the only one in which the CANN EP runs custom kernels (in graph mode it hands
+# the whole graph, custom nodes included, to CANN's graph compiler, which does not know them).
+CANN_DEFAULTS = {"enable_cann_graph": "0"}
+
+
+def cann_session(model, provider_options=None, session_options=None):
+    """An onnxruntime.InferenceSession on the Ascend NPU: providers [(CANN, options), CPU], the kernel
+    library registered, single-operator mode.
+
+    model: a path, serialized bytes or an onnx.ModelProto. For a path written by `ascend-grad fuse
+    --target ascend`, the provider options of its OUT.ascend.json are used; `provider_options`
+    (e.g. {"device_id": "1"}) override them."""
+    import json
+
+    import onnxruntime as ort
+
+    if CANN not in ort.get_available_providers():
+        raise RuntimeError(
+            f"this onnxruntime ({ort.__version__}) has no {CANN}: install onnxruntime-cann (1.24.x for CANN 8.x) "
+            "in place of onnxruntime"
+        )
+    options = dict(CANN_DEFAULTS)
+    if hasattr(model, "SerializeToString"):
+        model = model.SerializeToString()
+    elif not isinstance(model, bytes):  # a path
+        model = str(model)
+        plan = Path(model + ".ascend.json")
+        if plan.is_file():
+            options.update(json.loads(plan.read_text()).get("provider_options", {}))
+    options.update({key: str(value) for key, value in (provider_options or {}).items()})
+    if options.get("enable_cann_graph") not in ("0", "False", "false"):
+        raise ValueError(
+            "cann_session: enable_cann_graph must be '0': in graph mode the CANN EP gives the whole graph, "
+            "ascend.grad nodes included, to CANN's graph compiler, which cannot run them"
+        )
+    registered = globals()["session_options"](session_options)  # (the parameter shadows the function)
+    session = ort.InferenceSession(model, registered, providers=[(CANN, options), "CPUExecutionProvider"])
+    if CANN not in session.get_providers():
+        # onnxruntime falls back to the CPU when the provider cannot start (no CANN libraries)
+        raise RuntimeError(
+            f"the {CANN} could not start: CANN's libraries (libascendcl.so, ...) were not found; "
+            "run CANN's set_env.sh (e.g. source /usr/local/Ascend/ascend-toolkit/set_env.sh) first"
+        )
+    return session
