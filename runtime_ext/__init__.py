@@ -50,7 +50,8 @@ def cann_session(model, provider_options=None, session_options=None):
     library registered, single-operator mode.
 
     model: a path, serialized bytes or an onnx.ModelProto. For a path written by `ascend-grad fuse
-    --target ascend`, the provider options of its OUT.ascend.json are used; `provider_options`
+    --target ascend`, the provider and session options of its OUT.ascend.json are used (OUT is
+    written already optimized, so that what runs is what the plan placed); `provider_options`
     (e.g. {"device_id": "1"}) override them."""
     import json
 
@@ -61,14 +62,16 @@ def cann_session(model, provider_options=None, session_options=None):
             f"this onnxruntime ({ort.__version__}) has no {CANN}: install onnxruntime-cann (1.24.x for CANN 8.x) "
             "in place of onnxruntime"
         )
-    options = dict(CANN_DEFAULTS)
+    options, settings = dict(CANN_DEFAULTS), {}
     if hasattr(model, "SerializeToString"):
         model = model.SerializeToString()
     elif not isinstance(model, bytes):  # a path
         model = str(model)
         plan = Path(model + ".ascend.json")
         if plan.is_file():
-            options.update(json.loads(plan.read_text()).get("provider_options", {}))
+            written = json.loads(plan.read_text())
+            options.update(written.get("provider_options", {}))
+            settings = written.get("session_options", {})
     options.update({key: str(value) for key, value in (provider_options or {}).items()})
     if options.get("enable_cann_graph") not in ("0", "False", "false"):
         raise ValueError(
@@ -76,6 +79,10 @@ def cann_session(model, provider_options=None, session_options=None):
             "ascend.grad nodes included, to CANN's graph compiler, which cannot run them"
         )
     registered = globals()["session_options"](session_options)  # (the parameter shadows the function)
+    if "graph_optimization_level" in settings:
+        # the plan's placement is of OUT as written: onnxruntime must not re-optimize it
+        level = settings["graph_optimization_level"]
+        registered.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     session = ort.InferenceSession(model, registered, providers=[(CANN, options), "CPUExecutionProvider"])
     if CANN not in session.get_providers():
         # onnxruntime falls back to the CPU when the provider cannot start (no CANN libraries)

@@ -39,7 +39,7 @@ try:
     session = runtime_ext.cann_session(source, provider_options=options or None)
     feeds = dict(np.load(sys.argv[3]))
     out = session.run(None, feeds)
-    print(json.dumps({"providers": session.get_providers(), "options": session.get_provider_options().get("CANNExecutionProvider", {}),
+    print(json.dumps({"providers": session.get_providers(), "level": str(session._sess_options.graph_optimization_level), "options": session.get_provider_options().get("CANNExecutionProvider", {}),
                       "out": [o.tolist() for o in out]}))
 except Exception as error:
     print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
@@ -68,18 +68,22 @@ def test_on_the_npu_with_the_plan_options(beside_cann, tmp_path, rng):
 
     cpu = ort.InferenceSession(model.SerializeToString(), expected, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     # a path: the options of OUT.ascend.json are taken, the caller's override them
-    (tmp_path / "silu.onnx.ascend.json").write_text(json.dumps({"provider_options": {"enable_cann_graph": "0", "arena_extend_strategy": "kSameAsRequested"}}))
+    (tmp_path / "silu.onnx.ascend.json").write_text(json.dumps({
+        "provider_options": {"enable_cann_graph": "0", "arena_extend_strategy": "kSameAsRequested"},
+        "session_options": {"graph_optimization_level": "ORT_DISABLE_ALL"}}))
     result, report = _run(beside_cann, tmp_path, "silu.onnx", {"device_id": 0})
     assert "error" not in result, result
     assert result["providers"][0] == "CANNExecutionProvider", result
     assert result["options"]["enable_cann_graph"] == "0" and result["options"]["arena_extend_strategy"] == "kSameAsRequested"
     assert result["options"]["device_id"] == "0"
+    assert result["level"].endswith("ORT_DISABLE_ALL")
     np.testing.assert_allclose(np.array(result["out"][0]), cpu, rtol=1e-5, atol=1e-6)
     assert report["aclnn_calls"]["aclnnSiluBackward"] == 1
     beside_cann.assert_clean(report)
     # serialized bytes, no plan: single-operator mode all the same
     result, _ = _run(beside_cann, tmp_path, "silu.bytes")
     assert result["options"]["enable_cann_graph"] == "0" and "out" in result
+    assert result["level"].endswith("ORT_ENABLE_ALL")
 
 
 def test_refusals(beside_cann, tmp_path, rng):
