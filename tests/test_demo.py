@@ -1,6 +1,7 @@
 """`ascend-grad demo` runs to the end on the bundled graphs, without PyTorch, and says what it did."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -35,3 +36,28 @@ def test_demo_runs_end_to_end_without_torch(tmp_path):
         errors = report[name]["verify"]["relative_errors"]
         assert errors and max(errors.values()) <= report[name]["verify"]["bound"]
     assert str(out.resolve()) in text
+
+
+def test_demo_on_the_simulated_npu(cann, tmp_path):
+    """--target ascend without an NPU runs on the simulated one and says so; placement as planned,
+    every output as the CPU gives it, one aclnn call, no protocol violation."""
+    env = {**os.environ, "ASCEND_GRAD_CANN_SIM": str(cann.root), "ASCEND_GRAD_VENVS": str(cann.python.parents[2])}
+    done = subprocess.run([sys.executable, "-m", "ascend_grad.cli", "demo", "--target", "ascend", "-o", str(tmp_path)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = done.stdout
+    assert "on a SIMULATED NPU" in text
+    assert re.search(r"node_GroupNormSwishGrad\S*\s+GroupNormSwishGrad\s+npu", text), text
+    assert "as onnxruntime placed them: the same" in text and "(DIFFERENT)" not in text
+    error = float(re.search(r"max relative error (\S+) ", text)[1])
+    assert error <= 1e-5
+    assert "aclnn calls: {'aclnnGroupNormSwishGrad': 1}; protocol violations: 0" in text
+    assert (tmp_path / "resblock_b8.aot.opt.ascend.onnx").is_file()
+
+
+def test_demo_without_any_npu(tmp_path):
+    env = {**os.environ, "ASCEND_GRAD_CANN_SIM": str(tmp_path / "none"), "ASCEND_GRAD_VENVS": str(tmp_path / "none")}
+    done = subprocess.run([sys.executable, "-m", "ascend_grad.cli", "demo", "--target", "ascend", "-o", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "no Ascend NPU here" in done.stderr, done.stderr

@@ -325,6 +325,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise InputError(f"{args.out}: cannot create the output folder: {error.strerror or error}") from None
     if not os.access(args.out, os.W_OK):
         raise InputError(f"{args.out}: the output folder is not writable")
+    if args.target == "ascend":
+        from ascend_grad import demo_ascend
+
+        try:
+            return demo_ascend.run(args.out)
+        except demo_ascend.NoNpu as error:
+            raise InputError(str(error)) from None
     return demo.run(args.out, args.graphs or demo.GRAPHS, args.threads, args.seconds)
 
 
@@ -454,6 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--threads", type=_positive(int), help="onnxruntime intra-op threads for the timing (default: all cores)")
     demo.add_argument("--seconds", type=_positive(float), default=3.0, help="time spent timing the training step (default: %(default)s)")
     demo.add_argument("--graphs", nargs="+", metavar="NAME", help="bundled graphs to use instead of the default three")
+    demo.add_argument("--target", choices=["cpu", "ascend"], default="cpu",
+                      help="ascend: the ResBlock step on an Ascend NPU through onnxruntime-cann, or on the simulated one "
+                      "the test suite builds (it says which)")
     demo.set_defaults(run=cmd_demo)
 
     info = commands.add_parser("info", help="which of the fusable patterns a model contains, and which ascend.grad ops it holds")
