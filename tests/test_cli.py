@@ -328,3 +328,26 @@ def odd_net():
     assert done.returncode == 2, done.stderr
     assert "1 op of the training step has no ONNX translation" in done.stderr
     assert "cli_test.odd.default: used by 1 (Odd)" in done.stderr and not (tmp_path / "out.onnx").exists()
+
+
+def test_fuse_for_ascend_writes_the_model_and_its_plan(tmp_path):
+    out = tmp_path / "fused.onnx"
+    done = ascend_grad("fuse", graph_path("resblock.aot.opt"), "-o", out, "--target", "ascend")
+    assert done.returncode == 0 and not done.stderr.strip(), done.stderr
+    assert "nodes on the NPU" in done.stdout and "copies" in done.stdout
+    model, plan = onnx.load(out), json.loads((tmp_path / "fused.onnx.ascend.json").read_text())
+    onnx.checker.check_model(model, full_check=True)
+    assert plan["provider_options"] == {"enable_cann_graph": "0"}  # single-operator mode (SPEC)
+    assert [p["node"] for p in plan["placement"]] == [n.name for n in model.graph.node]
+    assert {p["device"] for p in plan["placement"]} == {"npu", "host"}
+    assert all(p["reason"] for p in plan["placement"])
+    assert isinstance(plan["host_device_copies"], int) and all({"node", "what", "why"} <= set(r) for r in plan["rewrites"])
+    assert [n.op_type for n in model.graph.node].count("GroupNormSwishGrad") == 1
+
+
+def test_fuse_for_ascend_refuses_what_onnxruntime_cann_cannot_load(tmp_path):
+    """onnxruntime-training graphs hold training ops (com.microsoft) that no inference build has."""
+    out = tmp_path / "fused.onnx"
+    done = ascend_grad("fuse", graph_path("silu_mlp.ort_training"), "-o", out, "--target", "ascend")
+    _one_line_error(done, "onnxruntime-cann 1.24.4 cannot load this graph", "training ops")
+    assert not out.exists() and not (tmp_path / "fused.onnx.ascend.json").exists()

@@ -57,10 +57,10 @@ def to_nchw(graph: ir.Graph, node: ir.Node, names: Names, data_in: tuple[int, ..
             t.outputs[0].shape = ir.Shape([value.shape[p] for p in forward])
         graph.insert_before(node, t)
         node.replace_input_with(i, t.outputs[0])
+    node.attributes["data_format"] = ir.AttrString("data_format", "NCHW")  # before _through makes the node again
     for i in data_out:
-        _through(graph, node, i, lambda v: make_node(names, "Transpose", [v], {"perm": back}, base=f"{node.name}/to_nhwc"),
+        _through(graph, current(node), i, lambda v: make_node(names, "Transpose", [v], {"perm": back}, base=f"{node.name}/to_nhwc"),
                  names, shape_map=lambda s: ir.Shape([s[p] for p in forward]) if s is not None else None)
-    node.attributes["data_format"] = ir.AttrString("data_format", "NCHW")
     return True
 
 
@@ -78,7 +78,7 @@ def _through(graph: ir.Graph, node: ir.Node, index: int, make, names: Names, dty
     old_name, old_type, old_shape = out.name, out.type, out.shape
     _rebind_output(graph, node, index, fresh)
     result.name, result.type, result.shape = old_name, old_type, old_shape
-    graph.insert_after(node, after)
+    graph.insert_after(current(node), after)  # the node was made again by _rebind_output
 
 
 def _rebind_output(graph: ir.Graph, node: ir.Node, index: int, fresh: ir.Value) -> None:

@@ -1,0 +1,153 @@
+"""The Ascend export's rewrites, one small graph each, run on onnxruntime-cann 1.24.4 over the
+simulated CANN runtime next to the unexported graph on the CPU kernels: an over-limit
+GroupNormSwishGrad (and one exactly at the limit), mixed dtypes, NHWC, and binary ops with both
+inputs broadcast (static, constant and symbolic shapes), where the unrewritten graph is also run on
+the NPU to show the 1.24.4 bug the rewrite avoids."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from ascend_grad.graph_passes.ascend import export_for_ascend
+from ascend_grad.testing import cast_wrapped, group_norm_feeds, random_array
+
+GNSG = "GroupNormSwishGrad"
+
+
+def _gnsg(rng, shape, G, T, U, data_format="NCHW"):
+    feeds = group_norm_feeds(rng, shape, G, T, U, data_format=data_format)
+    return cast_wrapped(GNSG, feeds, ["dx", "dgamma", "dbeta"], num_groups=G, data_format=data_format)
+
+
+def _mish(rng, T_dy, T_x):
+    feeds = {"dy": random_array(rng, (2, 3, 7), T_dy), "x": random_array(rng, (2, 3, 7), T_x, scale=3)}
+    return cast_wrapped("MishBackward", feeds, ["dx"])
+
+
+def _binary(a_shape, b_shape, a_constant=None, op="Add"):
+    """y = a op b, both broadcast to the output; a an initializer when a_constant is given."""
+    V = helper.make_tensor_value_info
+    inputs = [V("b", TensorProto.FLOAT, b_shape)]
+    inits = []
+    if a_constant is None:
+        inputs.insert(0, V("a", TensorProto.FLOAT, a_shape))
+    else:
+        inits.append(onnx.numpy_helper.from_array(a_constant, "a"))
+    # Relu after the op keeps the op's output an NPU-to-NPU value, as in a real graph
+    nodes = [helper.make_node(op, ["a", "b"], ["s"], name="both_broadcast"), helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "binary", inputs, [V("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _ops(model, op_type):
+    return [n for n in model.graph.node if n.op_type == op_type]
+
+
+def _placed(plan, op_type):
+    return [p["device"] for p in plan["placement"] if p["op_type"] == op_type]
+
+
+def _rewrite(plan, node):
+    found = [r for r in plan["rewrites"] if r["node"] == node]
+    assert found, f"no rewrite logged for {node}: {plan['rewrites']}"
+    return found[0]
+
+
+def _run(run_plans, cases):
+    """[(name, original, feeds)] -> ({name: (model, plan)}, results): each exported and run on the
+    simulated NPU, its original run on the CPU with the kernel library."""
+    exported = {name: export_for_ascend(original) for name, original, _ in cases}
+    results = run_plans([(name, *exported[name], original, feeds) for name, original, feeds in cases], library_for_original=True)
+    for name, result in results.items():
+        assert result["error"] is None, f"{name}: {result['error']}"
+    return exported, results
+
+
+def _placement_is_the_plans(result, plan):
+    want = {p["node"]: p["device"] for p in plan["placement"]}
+    have = {n: ("npu" if prov == "CANNExecutionProvider" else "host") for n, (op, prov) in result["placement"].items()
+            if not op.startswith("Memcpy")}
+    assert have == want
+
+
+def test_group_norm_swish_grad_limit_dtypes_and_layout(rng, run_plans, assert_outputs_close):
+    cases = [
+        ("at_limit", *_gnsg(rng, (2, 4000, 2), 1, np.float32, np.float32)),         # C/G = 4000: accepted
+        ("over_limit", *_gnsg(rng, (2, 4008, 2), 1, np.float32, np.float32)),       # 4008
+        ("over_limit_half", *_gnsg(rng, (1, 8002, 2), 2, np.float16, np.float16)),  # 4001 rounds up to 4016
+        ("mixed", *_gnsg(rng, (2, 6, 5), 3, np.float16, np.float32)),
+        ("nhwc", *_gnsg(rng, (2, 3, 4, 6), 3, np.float32, np.float32, data_format="NHWC")),
+    ]
+    exported, results = _run(run_plans, cases)
+    for name, (model, plan) in exported.items():
+        onnx.checker.check_model(model, full_check=True)
+        _placement_is_the_plans(results[name], plan)
+        half = np.float16 if name in ("over_limit_half", "mixed") else None
+        assert_outputs_close(results[name]["cann"], results[name]["cpu"], name, computes_in=half)
+
+    model, plan = exported["at_limit"]
+    assert _placed(plan, GNSG) == ["npu"] and not [r for r in plan["rewrites"] if r["node"] == GNSG]
+    assert results["at_limit"]["report"]["aclnn_calls"]["aclnnGroupNormSwishGrad"] == 3  # at_limit, mixed, nhwc: one each
+
+    for name in ("over_limit", "over_limit_half"):  # no GroupNormSwishGrad left for the NPU to refuse
+        model, plan = exported[name]
+        assert not _ops(model, GNSG), name
+        rewrite = _rewrite(plan, GNSG)
+        assert "function body" in rewrite["what"] and "4000" in rewrite["why"], rewrite
+
+    model, plan = exported["mixed"]  # one dtype: every input of the node float, outputs cast back
+    (node,) = _ops(model, GNSG)
+    assert _placed(plan, GNSG) == ["npu"]
+    assert "one dtype" in _rewrite(plan, GNSG)["why"]
+    producers = {o: n for n in model.graph.node for o in n.output}
+    for name in node.input:  # Casts to float in front of the half inputs
+        p = producers.get(name)
+        assert p is None or p.op_type != "Cast" or p.attribute[0].i == TensorProto.FLOAT
+
+    model, plan = exported["nhwc"]
+    (node,) = _ops(model, GNSG)
+    assert helper.get_attribute_value(next(a for a in node.attribute if a.name == "data_format")) == b"NCHW"
+    assert _placed(plan, GNSG) == ["npu"] and len(_ops(model, "Transpose")) == 3
+    assert "channels-first" in _rewrite(plan, GNSG)["why"]
+
+
+def test_mish_backward_mixed_dtypes(rng, run_plans, assert_outputs_close):
+    cases = [("mish_mixed", *_mish(rng, np.float16, np.float32)), ("mish_same", *_mish(rng, np.float16, np.float16))]
+    exported, results = _run(run_plans, cases)
+    for name, (model, plan) in exported.items():
+        _placement_is_the_plans(results[name], plan)
+        assert _placed(plan, "MishBackward") == ["npu"], name
+        assert_outputs_close(results[name]["cann"], results[name]["cpu"], name, computes_in=np.float16)
+    assert "promoted dtype" in _rewrite(exported["mish_mixed"][1], "MishBackward")["why"]
+    assert not [r for r in exported["mish_same"][1]["rewrites"] if r["node"] == "MishBackward"]
+    assert results["mish_same"]["report"]["aclnn_calls"]["aclnnMishBackward"] == 2
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
+def test_both_inputs_broadcast(rng, run_plans, assert_outputs_close, op):
+    """(3, 1) op (1, 4): the rewritten graph on the NPU equals the CPU; the graph as it was does
+    not (onnxruntime-cann 1.24.4 computes b op b), which shows the bug is real and avoided."""
+    a = (rng.standard_normal((3, 1)) + 3).astype(np.float32)
+    b = (rng.standard_normal((1, 4)) + 3).astype(np.float32)
+    cases = [
+        (f"static_{op}", _binary([3, 1], [1, 4], op=op), {"a": a, "b": b}),
+        (f"constant_{op}", _binary([3, 1], [1, 4], a_constant=a, op=op), {"b": b}),
+        (f"symbolic_{op}", _binary(["N", 1], [1, 4], op=op), {"a": a, "b": b}),
+    ]
+    exported, results = _run(run_plans, cases)
+    for name, (model, plan) in exported.items():
+        _placement_is_the_plans(results[name], plan)
+        assert "computes B" in _rewrite(plan, "both_broadcast")["why"], plan["rewrites"]
+        assert _placed(plan, op) == ["npu"] * len(_placed(plan, op)) or name.startswith("symbolic")
+        assert_outputs_close(results[name]["cann"], results[name]["cpu"], name)
+    assert "Expand" in _rewrite(exported[f"symbolic_{op}"][1], "both_broadcast")["what"]
+
+    # the graph as it was, on the NPU: b op b
+    plan = exported[f"static_{op}"][1]
+    as_was = run_plans([(f"as_was_{op}", cases[0][1], plan, cases[0][1], cases[0][2])])[f"as_was_{op}"]
+    assert as_was["error"] is None, as_was["error"]
+    assert as_was["placement"]["both_broadcast"][1] == "CANNExecutionProvider"
+    bb = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op](np.broadcast_to(b, (3, 4)), b)
+    np.testing.assert_allclose(as_was["cann"]["y"], np.maximum(bb, 0), rtol=1e-6)
+    assert not np.allclose(as_was["cann"]["y"], as_was["cpu"]["y"])
