@@ -310,6 +310,22 @@ static aclError k_conv2d(const OpCall *c) {
     return 0;
 }
 
+/* Flatten(x), attr axis (as the node has it, negative allowed): (prod dims[:axis], prod dims[axis:]),
+ * the same bytes. */
+static aclError k_flatten(const OpCall *c) {
+    aclError r = arity(c, 1, 1, 1);
+    if (r) return r;
+    const Arg *x = &c->in[0], *y = &c->out[0];
+    int64_t axis = attr_int(c->attr, "axis", 1);
+    if (axis < 0) axis += x->rank;
+    if (axis < 0 || axis > x->rank) return op_fail(c, ACL_ERROR_OP_ATTR_NOT_MATCH, "axis %lld for rank %d", (long long)attr_int(c->attr, "axis", 1), x->rank);
+    if (!supported_dtype(x->dtype)) return op_fail(c, ACL_ERROR_UNSUPPORTED_DATA_TYPE, "dtype %s", dtype_name(x->dtype));
+    int64_t od[2] = {numel(x->dims, (int)axis), numel(x->dims + axis, x->rank - (int)axis)};
+    if ((r = expect_out(c, y, od, 2, x->dtype))) return r;
+    memmove(y->data, x->data, x->size < y->size ? x->size : y->size);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- the table */
 
 static const struct { const char *op; Kernel k; } k_table[] = {
@@ -318,7 +334,7 @@ static const struct { const char *op; Kernel k; } k_table[] = {
     {"Reciprocal", k_unary_op}, {"Sqrt", k_unary_op}, {"Erf", k_unary_op}, {"Round", k_unary_op}, {"Sin", k_unary_op},
     {"Cos", k_unary_op}, {"Log", k_unary_op}, {"Exp", k_unary_op},
     {"BroadcastToD", k_broadcast_to}, {"Cast", k_cast}, {"TransposeD", k_transpose},
-    {"BatchMatMul", k_batch_matmul}, {"GEMM", k_gemm}, {"Conv2D", k_conv2d},
+    {"BatchMatMul", k_batch_matmul}, {"GEMM", k_gemm}, {"Conv2D", k_conv2d}, {"Flatten", k_flatten},
 };
 
 Kernel aclop_kernel(const char *op_type) {
