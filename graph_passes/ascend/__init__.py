@@ -10,6 +10,6 @@ group_norm_swish, mish_backward, broadcast, copies), export (the steps in order,
 """
 
 from ascend_grad.graph_passes.ascend.export import PROVIDER_OPTIONS, SESSION_OPTIONS, export_for_ascend
-from ascend_grad.graph_passes.ascend.placement import CannotLoad
+from ascend_grad.graph_passes.ascend.placement import CannotExport, CannotLoad
 
-__all__ = ["PROVIDER_OPTIONS", "SESSION_OPTIONS", "CannotLoad", "export_for_ascend"]
+__all__ = ["PROVIDER_OPTIONS", "SESSION_OPTIONS", "CannotExport", "CannotLoad", "export_for_ascend"]

@@ -64,8 +64,10 @@ def export_for_ascend(model) -> tuple[onnx.ModelProto, dict]:
     """The model (ModelProto, onnx_ir.Model or path; run graph_passes.fuse_backward_ops first)
     rewritten for onnxruntime-cann 1.24.4, and the plan (SPEC.md "Ascend (stable)").
 
-    Raises CannotLoad when the wheel has no kernel at all for some node (onnxruntime training ops
-    such as com.microsoft::ConvGrad: the inference wheel cannot load the graph).
+    Raises CannotLoad (a CannotExport) when the wheel has no kernel at all for some node
+    (onnxruntime training ops such as com.microsoft::ConvGrad: the inference wheel cannot load the
+    graph), CannotExport when a node that must not reach the NPU has no exact host spelling at the
+    graph's opset.
     """
     ir_model = _load(model)
     missing = unloadable(ir_model.graph)

@@ -19,6 +19,7 @@ import onnx_ir as ir
 from ascend_grad import DOMAIN
 
 from ascend_grad.graph_passes.ascend._ir import FLOAT, Log, Names, cast, make_node
+from ascend_grad.graph_passes.ascend.placement import CannotExport
 from ascend_grad.ops import group_norm_swish_grad as op
 
 OP_TYPE = op.OP_TYPE
@@ -124,10 +125,19 @@ def widen_to_float(graph: ir.Graph, node: ir.Node, names: Names, inputs, outputs
     return current(node)
 
 
-def inline_body(graph: ir.Graph, node: ir.Node, names: Names) -> list[ir.Node]:
-    from ascend_grad.graph_passes.ascend.normalize import instantiate
+def inline_body(model: ir.Model, node: ir.Node, names: Names, why: str) -> list[ir.Node]:
+    """The node replaced by its function body, which must be valid ai.onnx at the graph's opset
+    (written at opset 18, it is from 15 on: Shape's start/end, CastLike); else CannotExport."""
+    from ascend_grad.graph_passes.ascend.normalize import body_misfits, instantiate
 
-    made = instantiate(op.function_proto(), node, names)
+    graph, body = model.graph, op.function_proto()
+    opset = model.opset_imports.get("", 1)
+    misfits = body_misfits(body, opset)
+    if misfits:
+        raise CannotExport(f"{OP_TYPE} node {node.name!r} must not reach the NPU ({why}), and its decomposition is not "
+                           f"valid at this graph's ai.onnx opset {opset} ({misfits[0]}): convert the graph to opset 15 "
+                           "or later first (onnx.version_converter)")
+    made = instantiate(body, node, names)
     graph.insert_before(node, made)
     for i in range(len(node.inputs)):
         node.replace_input_with(i, None)
@@ -148,7 +158,7 @@ def rewrite(model: ir.Model, names: Names, log: Log) -> None:
                    if C is None or groups <= 0 else
                    f"C/G = {C // groups} rounds up to more than {LIMIT} for {target.name.lower()}: "
                    "aclnnGroupNormSwishGrad refuses it")
-            made = inline_body(graph, node, names)
+            made = inline_body(model, node, names, why)
             log.add(node.name, f"replaced by its function body ({len(made)} ai.onnx nodes)", why)
             continue
         if layout == "NHWC":

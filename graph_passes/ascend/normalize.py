@@ -129,6 +129,27 @@ def instantiate(body: onnx.FunctionProto, node: ir.Node, names: Names) -> list[i
     return made
 
 
+def body_misfits(body: onnx.FunctionProto, opset: int) -> list[str]:
+    """What of `body` is not valid ai.onnx at `opset` (its nodes checked against that opset's
+    schemas: an attribute or input the op did not have yet), empty when it can be inlined there."""
+    context = onnx.checker.C.CheckerContext()
+    context.ir_version, context.opset_imports = onnx.IR_VERSION, {"": opset}
+    problems = []
+    for proto in body.node:
+        if proto.domain not in ("", "ai.onnx"):
+            continue
+        node = onnx.NodeProto()
+        node.CopyFrom(proto)
+        kept = [a for a in node.attribute if not a.ref_attr_name]  # given by the caller: checked with the node
+        del node.attribute[:]
+        node.attribute.extend(kept)
+        try:
+            onnx.checker.check_node(node, context, onnx.checker.C.LexicalScopeContext())
+        except onnx.checker.ValidationError as error:
+            problems.append(f"{proto.op_type}: {str(error).splitlines()[0]}")
+    return problems
+
+
 def name_nodes(graph: ir.Graph, names: Names) -> None:
     seen = set()
     for i, node in enumerate(graph):

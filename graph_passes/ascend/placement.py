@@ -39,7 +39,11 @@ class Placement:
         return {"node": self.node, "op_type": self.op_type, "device": self.device, "reason": self.reason}
 
 
-class CannotLoad(ValueError):
+class CannotExport(ValueError):
+    """The graph cannot be made right for onnxruntime-cann; the message says which node and why."""
+
+
+class CannotLoad(CannotExport):
     """onnxruntime-cann has no kernel at all (NPU or host) for some node of the graph."""
 
 

@@ -148,12 +148,12 @@ def _export_for_ascend(fused, source: str):
     """The fused graph made right for onnxruntime-cann (graph_passes.ascend), or a one-line refusal."""
     import onnx_ir as ir
 
-    from ascend_grad.graph_passes.ascend import CannotLoad, export_for_ascend
+    from ascend_grad.graph_passes.ascend import CannotExport, export_for_ascend
 
     try:
         model, plan = export_for_ascend(fused)
         return ir.serde.deserialize_model(model), plan
-    except CannotLoad as error:
+    except CannotExport as error:
         raise InputError(f"{source}: {error}") from None
 
 

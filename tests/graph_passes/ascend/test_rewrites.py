@@ -187,3 +187,30 @@ def test_fewer_copies_where_a_respelling_pays(rng, run_plans, assert_outputs_clo
     from ascend_grad.testing import run_onnxruntime
 
     assert np.array_equal(run_onnxruntime(out, feeds)["y"], run_onnxruntime(model, feeds)["y"])
+
+
+@pytest.mark.parametrize("opset", [13, 14, 15, 21])
+def test_over_limit_decomposed_only_where_its_body_is_valid(rng, opset):
+    """The function body (written at opset 18) is valid ai.onnx from opset 15 on; below, the export
+    refuses the graph with the reason instead of writing an invalid model."""
+    from ascend_grad.graph_passes.ascend import CannotExport
+    from ascend_grad.testing import run_onnxruntime
+
+    model, feeds = _gnsg(rng, (1, 4008, 2), 1, np.float32, np.float32)
+    model.opset_import[0].version = opset
+    if opset < 15:
+        with pytest.raises(CannotExport, match=rf"GroupNormSwishGrad node 'GroupNormSwishGrad'.*4008.*opset {opset}.*opset 15"):
+            export_for_ascend(model)
+        return
+    out, plan = export_for_ascend(model)
+    onnx.checker.check_model(out, full_check=True)
+    assert not _ops(out, GNSG) and out.opset_import[0].version == opset
+    import onnxruntime as ort
+
+    from ascend_grad import runtime_ext
+
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(runtime_ext.library_path())
+    want, got = run_onnxruntime(model, feeds, options), run_onnxruntime(out, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5 * np.max(np.abs(want[name])))
