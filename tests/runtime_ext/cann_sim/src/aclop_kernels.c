@@ -326,6 +326,70 @@ static aclError k_flatten(const OpCall *c) {
     return 0;
 }
 
+/* AvgPoolV2(x NCHW), as CANN defines it: attrs ksize and strides (N, C, H, W order), pads (top,
+ * bottom, left, right), padding_mode CALCULATED | VALID | SAME, global_pooling, ceil_mode, and
+ * exclusive (true: divide by the window's elements inside x; false: by those inside the padded x). */
+static aclError k_avg_pool_v2(const OpCall *c) {
+    aclError r = arity(c, 1, 1, 1);
+    if (r) return r;
+    const Arg *x = &c->in[0], *y = &c->out[0];
+    if (x->rank != 4) return op_fail(c, ACL_ERROR_OP_INPUT_NOT_MATCH, "the simulated AvgPoolV2 takes 4-D NCHW x (rank %d)", x->rank);
+    if (!is_float_type(x->dtype)) return op_fail(c, ACL_ERROR_UNSUPPORTED_DATA_TYPE, "dtype %s", dtype_name(x->dtype));
+    if (strcmp(attr_str(c->attr, "data_format", "NCHW"), "NCHW")) return op_fail(c, ACL_ERROR_OP_ATTR_NOT_MATCH, "data_format must be NCHW");
+    int nk, ns, np;
+    const int64_t *ksize = attr_list(c->attr, "ksize", &nk), *strides = attr_list(c->attr, "strides", &ns), *pads = attr_list(c->attr, "pads", &np);
+    const char *mode = attr_str(c->attr, "padding_mode", "CALCULATED");
+    int global = (int)attr_int(c->attr, "global_pooling", 0), ceil_mode = (int)attr_int(c->attr, "ceil_mode", 0);
+    int exclusive = (int)attr_int(c->attr, "exclusive", 1);
+    int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+    int64_t kh, kw, sh, sw, pt = 0, pb = 0, pl = 0, pr = 0, OH, OW;
+    if (global) {
+        kh = H, kw = W, sh = sw = 1;
+        OH = OW = 1;
+    } else {
+        if (nk != 4 || ns != 4) return op_fail(c, ACL_ERROR_OP_ATTR_NOT_MATCH, "ksize and strides need 4 values (%d, %d)", nk, ns);
+        if (ksize[0] != 1 || ksize[1] != 1 || strides[0] != 1 || strides[1] != 1)
+            return op_fail(c, ACL_ERROR_OP_ATTR_NOT_MATCH, "ksize and strides must be 1 on N and C");
+        kh = ksize[2], kw = ksize[3], sh = strides[2], sw = strides[3];
+        if (kh < 1 || kw < 1 || sh < 1 || sw < 1) return op_fail(c, ACL_ERROR_OP_ATTR_NOT_MATCH, "ksize and strides must be positive");
+        if (!strcmp(mode, "CALCULATED")) {
+            if (np != 4) return op_fail(c, ACL_ERROR_OP_ATTR_NOT_MATCH, "pads needs 4 values (%d)", np);
+            pt = pads[0], pb = pads[1], pl = pads[2], pr = pads[3];
+            int64_t eh = H + pt + pb - kh, ew = W + pl + pr - kw;
+            OH = (ceil_mode ? (eh + sh - 1) / sh : eh / sh) + 1;
+            OW = (ceil_mode ? (ew + sw - 1) / sw : ew / sw) + 1;
+        } else if (!strcmp(mode, "VALID")) {
+            OH = (H - kh + sh) / sh, OW = (W - kw + sw) / sw;
+        } else if (!strcmp(mode, "SAME")) {
+            OH = (H + sh - 1) / sh, OW = (W + sw - 1) / sw;
+            int64_t th = (OH - 1) * sh + kh - H, tw = (OW - 1) * sw + kw - W;
+            th = th > 0 ? th : 0, tw = tw > 0 ? tw : 0;
+            pt = th / 2, pb = th - pt, pl = tw / 2, pr = tw - pl;
+        } else {
+            return op_fail(c, ACL_ERROR_OP_ATTR_NOT_MATCH, "padding_mode %s", mode);
+        }
+    }
+    int64_t od[4] = {N, C, OH, OW};
+    if ((r = expect_out(c, y, od, 4, x->dtype))) return r;
+    for (int64_t nc = 0; nc < N * C; nc++)
+        for (int64_t oh = 0; oh < OH; oh++)
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t h0 = oh * sh - pt, w0 = ow * sw - pl, inside = 0, padded = 0;
+                double acc = 0;
+                for (int64_t i = h0; i < h0 + kh; i++)
+                    for (int64_t j = w0; j < w0 + kw; j++) {
+                        if (i < -pt || i >= H + pb || j < -pl || j >= W + pr) continue;
+                        padded++;
+                        if (i < 0 || i >= H || j < 0 || j >= W) continue;
+                        inside++;
+                        acc += ld(x->data, (nc * H + i) * W + j, x->dtype);
+                    }
+                int64_t count = exclusive ? inside : padded;
+                st(y->data, (nc * OH + oh) * OW + ow, y->dtype, count ? acc / (double)count : 0.0);
+            }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- the table */
 
 static const struct { const char *op; Kernel k; } k_table[] = {
@@ -335,6 +399,7 @@ static const struct { const char *op; Kernel k; } k_table[] = {
     {"Cos", k_unary_op}, {"Log", k_unary_op}, {"Exp", k_unary_op},
     {"BroadcastToD", k_broadcast_to}, {"Cast", k_cast}, {"TransposeD", k_transpose},
     {"BatchMatMul", k_batch_matmul}, {"GEMM", k_gemm}, {"Conv2D", k_conv2d}, {"Flatten", k_flatten},
+    {"AvgPoolV2", k_avg_pool_v2},
 };
 
 Kernel aclop_kernel(const char *op_type) {
