@@ -214,3 +214,118 @@ def test_over_limit_decomposed_only_where_its_body_is_valid(rng, opset):
     want, got = run_onnxruntime(model, feeds, options), run_onnxruntime(out, feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5 * np.max(np.abs(want[name])))
+
+
+def _pool(H, W, **attributes):
+    V = helper.make_tensor_value_info
+    nodes = [helper.make_node("AveragePool", ["x"], ["p"], name="pool", **attributes), helper.make_node("Relu", ["p"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "pool", [V("x", TensorProto.FLOAT, [2, 3, H, W])], [V("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+POOLS = {
+    "exclude_pad": (5, 5, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    "include_pad": (5, 5, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1)),
+    "asymmetric": (6, 7, dict(kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 2])),
+    "same_upper": (6, 7, dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER")),
+    "same_lower": (6, 7, dict(kernel_shape=[2, 2], strides=[1, 1], auto_pad="SAME_LOWER", count_include_pad=1)),
+}
+
+
+def test_padded_average_pool(rng, run_plans, assert_outputs_close):
+    """onnxruntime-cann 1.24.4 passes a padded AveragePool to CANN's AvgPoolV2 with `exclusive`
+    inverted and the pads in ONNX's order: on the NPU as written it differs from the CPU; the
+    export's Conv(ones) / counts equals it. Without padding the node stays as it is."""
+    cases, as_written = [], []
+    for name, (H, W, attributes) in {**POOLS, "no_pad": (6, 6, dict(kernel_shape=[2, 2], strides=[2, 2]))}.items():
+        model = _pool(H, W, **attributes)
+        feeds = {"x": (rng.standard_normal((2, 3, H, W)) + 3).astype(np.float32)}
+        cases.append((name, model, feeds))
+        as_written.append((f"{name}.as_written", model, {"provider_options": {"enable_cann_graph": "0"},
+                                                        "session_options": {"graph_optimization_level": "ORT_DISABLE_ALL"}}, model, feeds))
+    exported, results = _run(run_plans, cases)
+    before = run_plans(as_written)
+    for name, (model, plan) in exported.items():
+        _placement_is_the_plans(results[name], plan)
+        assert_outputs_close(results[name]["cann"], results[name]["cpu"], name)
+        written = before[f"{name}.as_written"]
+        assert written["placement"]["pool"][1] == "CANNExecutionProvider"
+        if name == "no_pad":
+            assert _ops(model, "AveragePool") and not plan["rewrites"]
+            np.testing.assert_allclose(written["cann"]["y"], written["cpu"]["y"], rtol=1e-6)
+            continue
+        assert not _ops(model, "AveragePool") and _placed(plan, "Conv") == ["npu"] and _placed(plan, "Div") == ["npu"]
+        assert "exclusive" in _rewrite(plan, "pool")["why"]
+        assert not np.allclose(written["cann"]["y"], written["cpu"]["y"], rtol=1e-4), f"{name}: the bug did not show"
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+@pytest.mark.parametrize("H, W", [(5, 5), (1, 4), (8, 3)])
+def test_padded_average_pool_respelling_on_the_cpu(rng, name, H, W):
+    """The respelling against onnxruntime's own AveragePool on the CPU, over more sizes (windows
+    hanging over both edges, a one-row input)."""
+    from ascend_grad.testing import run_onnxruntime
+
+    model = _pool(H, W, **POOLS[name][2])
+    feeds = {"x": rng.standard_normal((2, 3, H, W)).astype(np.float32)}
+    try:
+        want = run_onnxruntime(model, feeds)["y"]
+    except Exception:
+        pytest.skip("onnxruntime refuses these sizes for this pool")
+    out, _ = export_for_ascend(model)
+    got = run_onnxruntime(out, feeds)["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * max(np.max(np.abs(want), initial=0), 1))
+
+
+def test_padded_average_pool_refused_where_the_respelling_does_not_hold():
+    from ascend_grad.graph_passes.ascend import CannotExport
+
+    model = _pool(7, 7, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
+    with pytest.raises(CannotExport, match="AveragePool node 'pool': padded.*exclusive.*ceil_mode"):
+        export_for_ascend(model)
+    model.opset_import[0].version = 19  # AveragePool-19: no CANN kernel, the host runs it right
+    assert not export_for_ascend(model)[1]["rewrites"]
+
+
+def _conv(H, W, kernel, **attributes):
+    V = helper.make_tensor_value_info
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", **attributes), helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "conv", [V("x", TensorProto.FLOAT, [2, 3, H, W]), V("w", TensorProto.FLOAT, [4, 3, *kernel])],
+                              [V("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+CONVS = {
+    "square": (6, 6, (3, 3), dict(pads=[1, 1, 1, 1])),                      # reads the same either way
+    "same_reading": (6, 7, (2, 3), dict(pads=[0, 1, 1, 2], strides=[2, 1])),  # (t, l, b, r) with l == b: too
+    "per_axis": (6, 7, (3, 1), dict(pads=[1, 0, 1, 0])),                    # (3, 1) kernel: pad H only
+    "uneven": (6, 7, (2, 3), dict(pads=[0, 2, 1, 0], strides=[2, 1])),
+    "same_upper": (7, 6, (3, 2), dict(auto_pad="SAME_UPPER")),              # resolves to [1, 0, 1, 1]
+}
+
+
+def test_conv_padded_unevenly(rng, run_plans, assert_outputs_close):
+    """onnxruntime-cann 1.24.4 hands ONNX's pads to CANN's Conv2D, which reads them as (top,
+    bottom, left, right): as written such a Conv fails or differs on the NPU; exported (Pad, then
+    Conv with pads 0) it equals the CPU."""
+    cases, as_written = [], []
+    for name, (H, W, kernel, attributes) in CONVS.items():
+        model = _conv(H, W, kernel, **attributes)
+        feeds = {"x": random_array(rng, (2, 3, H, W), np.float32), "w": random_array(rng, (4, 3, *kernel), np.float32)}
+        cases.append((name, model, feeds))
+        as_written.append((f"{name}.as_written", model, {"provider_options": {"enable_cann_graph": "0"},
+                                                        "session_options": {"graph_optimization_level": "ORT_DISABLE_ALL"}}, model, feeds))
+    exported, results = _run(run_plans, cases)
+    before = run_plans(as_written)
+    for name, (model, plan) in exported.items():
+        _placement_is_the_plans(results[name], plan)
+        assert_outputs_close(results[name]["cann"], results[name]["cpu"], name)
+        assert _placed(plan, "Conv") == ["npu"]
+        written = before[f"{name}.as_written"]
+        if name in ("square", "same_reading"):
+            assert not plan["rewrites"] and written["error"] is None
+            np.testing.assert_allclose(written["cann"]["y"], written["cpu"]["y"], rtol=1e-5, atol=1e-5)
+            continue
+        assert _ops(model, "Pad") and "(top, bottom, left, right)" in _rewrite(plan, "conv")["why"]
+        assert written["error"] is not None or not np.allclose(written["cann"]["y"], written["cpu"]["y"], rtol=1e-4), name

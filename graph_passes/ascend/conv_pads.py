@@ -1,0 +1,86 @@
+"""No Conv on the NPU whose padding CANN would read in the wrong order.
+
+onnxruntime-cann 1.24.4's Conv kernel (cann/nn/conv.cc) hands ONNX's pads (H begin, W begin, H end,
+W end) to CANN's Conv2D, which reads them as (top, bottom, left, right). They agree only when the
+second and third entries are equal (every [p, p, p, p]); otherwise Conv2D pads the wrong sides
+and, when the totals per axis differ, computes another output shape.
+
+Rewrite, for every such 2-D Conv the CANN EP takes: the padding made explicit, Pad(x, zeros) ahead
+of a Conv with pads 0. Zero padding is what Conv adds anyway: the same products and sums. Pad has
+no CANN kernel, so the padded input crosses to the host and back (counted in the plan's copies);
+right numbers first. auto_pad SAME_* is resolved as onnxruntime resolves it (static shapes
+needed, else the export refuses the node).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from ascend_grad.graph_passes.ascend._ir import Log, Names, constant, make_node, static_shape
+from ascend_grad.graph_passes.ascend.placement import NPU, CannotExport, place_node
+
+WHY = ("onnxruntime-cann 1.24.4 passes ONNX's pads (begins, then ends) to CANN's Conv2D, which reads "
+       "(top, bottom, left, right): pads {pads} would pad the wrong sides on the NPU")
+
+
+def _ints(node: ir.Node, name: str, default: list[int]) -> list[int]:
+    attr = node.attributes.get(name)
+    return list(attr.value) if attr is not None else list(default)
+
+
+def resolved_pads(node: ir.Node, size: list[int] | None, kernel: list[int]) -> list[int] | None:
+    """The pads onnxruntime uses (begins, then ends), auto_pad SAME_* resolved from the input's
+    spatial size as its ConvAttributes does; None when that size is needed and not static."""
+    spatial = len(kernel)
+    auto = node.attributes.get_string("auto_pad", "NOTSET")
+    if auto == "VALID":
+        return [0] * (2 * spatial)
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        return _ints(node, "pads", [0] * (2 * spatial))
+    if size is None:
+        return None
+    strides, dilations = _ints(node, "strides", [1] * spatial), _ints(node, "dilations", [1] * spatial)
+    begins, ends = [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations):
+        out = (n + s - 1) // s
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        begin = total // 2 if auto == "SAME_UPPER" else (total + 1) // 2
+        begins.append(begin)
+        ends.append(total - begin)
+    return begins + ends
+
+
+def rewrite(model: ir.Model, names: Names, log: Log) -> None:
+    graph = model.graph
+    opset = model.opset_imports.get("", 1)
+    for node in list(graph):
+        if node.domain not in ("", "ai.onnx") or node.op_type != "Conv" or place_node(node, opset).device != NPU:
+            continue
+        x, w = node.inputs[0], node.inputs[1]
+        shape = static_shape(x)
+        kernel = _ints(node, "kernel_shape", []) or (list(w.shape[2:]) if static_shape(w) is not None else [])
+        if len(kernel) != 2:
+            continue  # Conv3D / 1-D: not what this rewrite knows about
+        pads = resolved_pads(node, list(shape[2:]) if shape is not None else None, kernel)
+        if pads is None:
+            raise CannotExport(f"Conv node {node.name!r}: auto_pad {node.attributes.get_string('auto_pad')} needs the "
+                               "input's spatial size to know whether CANN would pad it right, and it is not static")
+        if pads[1] == pads[2]:
+            continue  # (t, l, l, r) reads the same either way
+        widths = [0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]]
+        if opset >= 11:  # pads became an input
+            pad = make_node(names, "Pad", [x, constant(graph, names, np.array(widths, np.int64), base=f"{node.name}/pads")],
+                            {"mode": "constant"}, base=f"{node.name}/pad")
+        else:
+            pad = make_node(names, "Pad", [x], {"mode": "constant", "pads": widths}, base=f"{node.name}/pad")
+        pad.outputs[0].dtype = x.dtype
+        if shape is not None:
+            pad.outputs[0].shape = ir.Shape([shape[0], shape[1], shape[2] + pads[0] + pads[2], shape[3] + pads[1] + pads[3]])
+        graph.insert_before(node, pad)
+        node.replace_input_with(0, pad.outputs[0])
+        node.attributes.pop("auto_pad", None)
+        node.attributes["pads"] = ir.AttrInt64s("pads", [0, 0, 0, 0])
+        node.attributes["kernel_shape"] = ir.AttrInt64s("kernel_shape", kernel)
+        log.add(node.name, f"padding {pads} made explicit: Pad(x) then Conv with pads 0 (the Pad on the host)",
+                WHY.format(pads=pads))
