@@ -351,3 +351,10 @@ def test_fuse_for_ascend_refuses_what_onnxruntime_cann_cannot_load(tmp_path):
     done = ascend_grad("fuse", graph_path("silu_mlp.ort_training"), "-o", out, "--target", "ascend")
     _one_line_error(done, "onnxruntime-cann 1.24.4 cannot load this graph", "training ops")
     assert not out.exists() and not (tmp_path / "fused.onnx.ascend.json").exists()
+
+
+@pytest.mark.parametrize("graph", ["resblock.aot.fp16", "mish_mlp.export.fp16", "gn_swish.export.dyn"])
+def test_fuse_for_ascend_verify(tmp_path, graph):
+    done = ascend_grad("fuse", graph_path(graph), "-o", tmp_path / "out.onnx", "--target", "ascend", "--verify")
+    assert done.returncode == 0, done.stderr
+    assert "verified" in done.stdout

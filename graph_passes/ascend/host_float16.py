@@ -102,7 +102,7 @@ def apply(model: ir.Model, names: Names, log: Log) -> None:
             if not _is_f16(value):
                 continue
             if value not in casts_of:
-                cast = make_node(names, "Cast", [value], {"to": F32}, base=f"InsertedPrecisionFreeCast_{value.name}")
+                cast = make_node(names, "Cast", [value], {"to": F32}, base=f"to_float_{value.name}")
                 cast.outputs[0].dtype, cast.outputs[0].shape = F32, value.shape
                 graph.insert_before(node, cast)
                 casts_of[value] = cast.outputs[0]
@@ -124,8 +124,8 @@ def _outputs_in_float(graph: ir.Graph, node: ir.Node, names: Names) -> None:
     backs = []
     for old, new in zip(node.outputs, again.outputs):
         if _is_f16(old):
-            new.name, new.type, new.shape = names(f"InsertedPrecisionFreeCast_{old.name}"), ir.TensorType(F32), old.shape
-            back = make_node(names, "Cast", [new], {"to": F16}, base=f"InsertedPrecisionFreeCast_{old.name}")
+            new.name, new.type, new.shape = names(f"{old.name}_in_float"), ir.TensorType(F32), old.shape
+            back = make_node(names, "Cast", [new], {"to": F16}, base=f"{old.name}_back_to_float16")
             old.replace_all_uses_with(back.outputs[0], replace_graph_outputs=True)
             back.outputs[0].name, back.outputs[0].type, back.outputs[0].shape = old.name, old.type, old.shape
             backs.append(back)

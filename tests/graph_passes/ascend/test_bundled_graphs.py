@@ -84,3 +84,19 @@ def test_training_ops_are_reported(name):
     fused, _ = fuse_backward_ops(onnx.load(graph_path(name)))
     with pytest.raises(CannotLoad, match=r"com\.microsoft::\w+.*training ops"):
         export_for_ascend(fused)
+
+
+@pytest.mark.parametrize("name", LOADABLE)
+def test_out_also_runs_on_the_cpu(exported, name, assert_outputs_close):
+    """OUT stays a graph any onnxruntime runs: on the CPU EP with default options (where onnxruntime
+    inserts its own float16 Casts: ours must not take their names) it equals the original."""
+    import onnxruntime as ort
+
+    from ascend_grad import runtime_ext
+    from ascend_grad.testing import run_onnxruntime
+
+    model, _, original, feeds = exported[name]
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(runtime_ext.library_path())
+    got, want = run_onnxruntime(model, feeds, options), run_onnxruntime(original, feeds, options)
+    assert_outputs_close(got, want, name, computes_in=_half_dtype(model))
