@@ -15,6 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from ascend_grad.graph_passes.ascend._ir import Log, Names
+from ascend_grad.graph_passes.ascend.placement import CannotExport
 
 # (op, since_version) of the ai.onnx function ops the wheel's CPU execution provider has no
 # kernel for (its registry, get_all_opkernel_def, against onnx's schemas up to opset 24); CANN has
@@ -51,7 +52,7 @@ def _constant_array(node: ir.Node):
         return np.array(attr.value, dtype=kinds[attr.name])
     if attr.name in ("value_string", "value_strings"):
         return np.array(attr.value, dtype=object)
-    raise ValueError(f"Constant node {node.name!r}: attribute {attr.name} is not supported")
+    raise CannotExport(f"Constant node {node.name!r}: attribute {attr.name} is not supported")
 
 
 def _to_initializer(graph: ir.Graph, node: ir.Node, tensor, log: Log) -> None:
@@ -59,9 +60,7 @@ def _to_initializer(graph: ir.Graph, node: ir.Node, tensor, log: Log) -> None:
     value = ir.Value(name=out.name, type=ir.TensorType(tensor.dtype), shape=ir.Shape(tensor.shape), const_value=tensor)
     out.replace_all_uses_with(value, replace_graph_outputs=True)
     graph.remove(node, safe=True)
-    if value.is_graph_output():
-        raise ValueError(f"Constant node {node.name!r} computes a graph output; not supported")
-    graph.register_initializer(value)
+    graph.register_initializer(value)  # a graph output too, if the Constant computed one (onnxruntime allows it)
     log.add(node.name, "Constant node -> initializer", "onnxruntime turns Constant nodes into initializers when it loads a graph")
 
 
