@@ -72,7 +72,14 @@ def export_for_ascend(model) -> tuple[onnx.ModelProto, dict]:
     graph), CannotExport when a node that must not reach the NPU has no exact host spelling at the
     graph's opset.
     """
-    ir_model = _load(model)
+    ir_model, plan = export_in_place(_load(model))
+    proto = ir.serde.serialize_model(ir_model)
+    return proto, plan
+
+
+def export_in_place(ir_model: ir.Model) -> tuple[ir.Model, dict]:
+    """export_for_ascend on an onnx_ir.Model it rewrites in place, never serialized whole: the
+    command line's way, so that weights in external data stay on disk (models over 2 GB)."""
     missing = unloadable(ir_model.graph)
     if missing:
         counted = {op: missing.count(op) for op in dict.fromkeys(missing)}
@@ -99,8 +106,7 @@ def export_for_ascend(model) -> tuple[onnx.ModelProto, dict]:
     placements = place(ir_model)
     after = graph_copies(ir_model.graph, placements)
     ir_model.ir_version = IR_VERSION
-    proto = ir.serde.serialize_model(ir_model)
-    _drop_unused_functions(proto)
+    _drop_unused_functions(ir_model)
     plan = {
         "provider_options": dict(PROVIDER_OPTIONS),
         "session_options": dict(SESSION_OPTIONS),
@@ -117,16 +123,14 @@ def export_for_ascend(model) -> tuple[onnx.ModelProto, dict]:
         "npu_nodes": sum(p.device == "npu" for p in placements),
         "host_nodes": sum(p.device == "host" for p in placements),
     }
-    return proto, plan
+    return ir_model, plan
 
 
-def _drop_unused_functions(proto: onnx.ModelProto) -> None:
+def _drop_unused_functions(model: ir.Model) -> None:
     """A function body of ours that no node calls any more (every such node inlined) goes."""
-    used = {(n.domain, n.op_type) for n in proto.graph.node}
-    keep = [f for f in proto.functions if f.domain != DOMAIN or (f.domain, f.name) in used]
-    del proto.functions[:]
-    proto.functions.extend(keep)
-    if not any(n.domain == DOMAIN for n in proto.graph.node) and not keep:
-        imports = [o for o in proto.opset_import if o.domain != DOMAIN]
-        del proto.opset_import[:]
-        proto.opset_import.extend(imports)
+    used = {(n.domain, n.op_type) for n in model.graph}
+    for key, function in list(model.functions.items()):
+        if function.domain == DOMAIN and (function.domain, function.name) not in used:
+            del model.functions[key]
+    if not any(n.domain == DOMAIN for n in model.graph) and not any(f.domain == DOMAIN for f in model.functions.values()):
+        model.opset_imports.pop(DOMAIN, None)

@@ -146,13 +146,11 @@ def cmd_fuse(args: argparse.Namespace) -> int:
 
 def _export_for_ascend(fused, source: str):
     """The fused graph made right for onnxruntime-cann (graph_passes.ascend), or a one-line refusal."""
-    import onnx_ir as ir
-
-    from ascend_grad.graph_passes.ascend import CannotExport, export_for_ascend
+    from ascend_grad.graph_passes.ascend import CannotExport
+    from ascend_grad.graph_passes.ascend.export import export_in_place
 
     try:
-        model, plan = export_for_ascend(fused)
-        return ir.serde.deserialize_model(model), plan
+        return export_in_place(fused)
     except CannotExport as error:
         raise InputError(f"{source}: {error}") from None
 

@@ -71,7 +71,8 @@ def _model_with_external_weights(directory) -> str:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="peak memory read from getrusage (Linux kB)")
-def test_model_over_2gb_is_fused_without_loading_its_weights(tmp_path):
+@pytest.mark.parametrize("target", ["cpu", "ascend"])
+def test_model_over_2gb_is_fused_without_loading_its_weights(tmp_path, target):
     source = _model_with_external_weights(tmp_path)
     (tmp_path / "out").mkdir()
     output = tmp_path / "out" / "fused.onnx"
@@ -79,7 +80,7 @@ def test_model_over_2gb_is_fused_without_loading_its_weights(tmp_path):
     script = (
         "import resource, sys\n"
         "from ascend_grad.cli import main\n"
-        f"status = main(['fuse', {source!r}, '-o', {str(output)!r}])\n"
+        f"status = main(['fuse', {source!r}, '-o', {str(output)!r}, '--target', {target!r}])\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
         "sys.exit(status)\n"
     )
