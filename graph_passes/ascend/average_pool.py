@@ -10,7 +10,7 @@ Rewrite, for every padded 2-D AveragePool the CANN EP takes: the window sums as 
 with a kernel of ones (group = C, the pool's strides and pads), divided by a constant holding each
 output position's count as the node defines it (count_include_pad). Both run on the NPU. The same sums and the same divisions as the CPU's
 AveragePool; only the order of the additions may differ (the usual float rounding).
-Not done without static C, H, W (the counts are a constant) or with ceil_mode (the output size
+Not done without static C, H, W (the counts are a constant; N may be symbolic) or with ceil_mode (the output size
 onnxruntime computes for it changed between versions): the export refuses such a node.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ascend_grad.graph_passes.ascend._ir import Log, Names, constant, make_node, static_shape
+from ascend_grad.graph_passes.ascend._ir import Log, Names, constant, make_node
 from ascend_grad.graph_passes.ascend.placement import NPU, CannotExport, place_node
 
 WHY = ("onnxruntime-cann 1.24.4 passes count_include_pad as AvgPoolV2's `exclusive` (inverted) and ONNX's pad "
@@ -59,7 +59,7 @@ def rewrite(model: ir.Model, names: Names, log: Log) -> None:
         if place_node(node, opset).device != NPU:
             continue
         x, y = node.inputs[0], node.outputs[0]
-        shape = static_shape(x)
+        shape = tuple(x.shape) if x.shape is not None else None  # N may be symbolic; C, H, W must not
         kernel = _ints(node, "kernel_shape", [])
         if shape is not None and len(kernel) != len(shape) - 2:
             continue  # a malformed node: onnxruntime refuses it at load either way
@@ -69,7 +69,8 @@ def rewrite(model: ir.Model, names: Names, log: Log) -> None:
         pads_attr = _ints(node, "pads", [0] * (2 * spatial))
         if auto in ("NOTSET", "VALID") and not any(pads_attr):
             continue  # no padding: CANN computes it right
-        why_not = ("a static 4-D input" if shape is None or spatial != 2 else
+        why_not = ("a 4-D input with static C, H and W"
+                   if shape is None or spatial != 2 or not all(isinstance(d, int) for d in shape[1:]) else
                    "ceil_mode 0 (the output size onnxruntime computes for ceil_mode differs between versions)"
                    if node.attributes.get_int("ceil_mode", 0) else None)
         if why_not:
@@ -78,7 +79,7 @@ def rewrite(model: ir.Model, names: Names, log: Log) -> None:
         C, size = shape[1], list(shape[2:])
         pads = _pads(node, size, kernel, strides)
         out = [(n + b + e - k) // s + 1 for n, b, e, k, s in zip(size, pads[:2], pads[2:], kernel, strides)]
-        if min(out) <= 0 or shape[0] == 0 or C == 0:
+        if min(out) <= 0 or shape[0] == 0 or C == 0:  # (a symbolic N is never 0 here: == compares it as a symbol)
             continue  # an empty output: onnxruntime-cann returns before calling CANN
         out_shape = (shape[0], C, *out)
         include = bool(node.attributes.get_int("count_include_pad", 0))

@@ -329,3 +329,19 @@ def test_conv_padded_unevenly(rng, run_plans, assert_outputs_close):
             continue
         assert _ops(model, "Pad") and "(top, bottom, left, right)" in _rewrite(plan, "conv")["why"]
         assert written["error"] is not None or not np.allclose(written["cann"]["y"], written["cpu"]["y"], rtol=1e-4), name
+
+
+def test_padded_average_pool_with_a_symbolic_batch(rng):
+    """Only C, H and W must be static (the counts are a constant); the batch may be symbolic."""
+    from ascend_grad.graph_passes.ascend import CannotExport
+    from ascend_grad.testing import run_onnxruntime
+
+    model = _pool(5, 5, **POOLS["exclude_pad"][2])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    out, plan = export_for_ascend(model)
+    assert not _ops(out, "AveragePool") and _rewrite(plan, "pool")
+    feeds = {"x": rng.standard_normal((4, 3, 5, 5)).astype(np.float32)}
+    np.testing.assert_allclose(run_onnxruntime(out, feeds)["y"], run_onnxruntime(model, feeds)["y"], rtol=1e-6, atol=1e-6)
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
+    with pytest.raises(CannotExport, match="static C, H and W"):
+        export_for_ascend(model)
