@@ -62,7 +62,9 @@ def rewrite(model: ir.Model, names: Names, log: Log) -> None:
         kernel = _ints(node, "kernel_shape", []) or (list(w.shape[2:]) if static_shape(w) is not None else [])
         if len(kernel) != 2:
             continue  # Conv3D / 1-D: not what this rewrite knows about
-        pads = resolved_pads(node, list(shape[2:]) if shape is not None else None, kernel)
+        spatial = list(x.shape[2:]) if x.shape is not None and len(x.shape) == 4 else None
+        size = spatial if spatial is not None and all(isinstance(d, int) for d in spatial) else None  # N may be symbolic
+        pads = resolved_pads(node, size, kernel)
         if pads is None:
             raise CannotExport(f"Conv node {node.name!r}: auto_pad {node.attributes.get_string('auto_pad')} needs the "
                                "input's spatial size to know whether CANN would pad it right, and it is not static")

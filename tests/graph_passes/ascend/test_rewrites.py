@@ -345,3 +345,14 @@ def test_padded_average_pool_with_a_symbolic_batch(rng):
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "H"
     with pytest.raises(CannotExport, match="static C, H and W"):
         export_for_ascend(model)
+
+
+def test_conv_same_padding_with_a_symbolic_batch(rng):
+    from ascend_grad.testing import run_onnxruntime
+
+    model = _conv(7, 6, (3, 2), auto_pad="SAME_UPPER")  # resolves to [1, 0, 1, 1]
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    out, plan = export_for_ascend(model)
+    assert _ops(out, "Pad") and _rewrite(plan, "conv")
+    feeds = {"x": random_array(rng, (3, 3, 7, 6), np.float32), "w": random_array(rng, (4, 3, 3, 2), np.float32)}
+    np.testing.assert_array_equal(run_onnxruntime(out, feeds)["y"], run_onnxruntime(model, feeds)["y"])
