@@ -36,3 +36,51 @@ def cann():
     if reason:
         pytest.skip(reason)
     return harness.make()
+
+
+@pytest.fixture(scope="session")
+def real_model():
+    """real_model(name) -> (module, example inputs, training graph): each model of
+    models.modules.REAL_MODELS built (seed 0) and exported (batch 2) once per session, for every
+    test folder that needs it (an export of the UNet takes a minute on these machines)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("diffusers")
+    from ascend_grad.models import export_training_graph
+    from ascend_grad.models.modules import REAL_MODELS
+
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            factory, make_inputs = REAL_MODELS[name]
+            torch.manual_seed(0)
+            module = factory()
+            inputs = make_inputs(2)
+            cache[name] = (module, inputs, export_training_graph(module, inputs))
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def installed_beside(tmp_path_factory):
+    """installed_beside(distribution) -> python of a fresh venv holding that onnxruntime distribution
+    (with numpy 1, which the CANN and training wheels need) and this repository pip-installed beside
+    it, as a user would; made once per session per distribution."""
+    import subprocess
+    import venv
+
+    made = {}
+
+    def get(distribution):
+        if distribution not in made:
+            folder = tmp_path_factory.mktemp("beside")
+            venv.create(folder / "env", with_pip=True)
+            python = folder / "env" / "bin" / "python"
+            pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            subprocess.run([*pip, distribution, "numpy<2"], check=True)
+            subprocess.run([*pip, str(Path(__file__).resolve().parents[1]), "numpy<2"], check=True)
+            made[distribution] = python
+        return made[distribution]
+
+    return get

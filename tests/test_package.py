@@ -54,18 +54,12 @@ REPO = Path(__file__).resolve().parents[1]
     "flavour",
     ["onnxruntime-cann==1.24.4", "onnxruntime-training-cpu==1.19.2"],
 )
-def test_installs_beside_an_onnxruntime_flavour(flavour, tmp_path):
+def test_installs_beside_an_onnxruntime_flavour(flavour, tmp_path, installed_beside):
     """`pip install <this repository>` into an environment holding another onnxruntime distribution
     keeps it: no CPU onnxruntime pulled over it, and the flavour's runtime is what ascend_grad uses."""
     if sys.version_info[:2] != (3, 11) or sysconfig.get_platform() != "linux-x86_64":
         pytest.skip(f"{flavour} has wheels for CPython 3.11 on Linux x86_64 only; this is {sysconfig.get_platform()} {sys.version}")
-    import venv
-
-    venv.create(tmp_path / "env", with_pip=True)
-    python = tmp_path / "env" / "bin" / "python"
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, flavour, "numpy<2"], check=True)  # (both flavours need numpy 1)
-    subprocess.run([*pip, str(REPO), "numpy<2"], check=True)
+    python = installed_beside(flavour)  # (shared with the CANN session tests)
     listed = subprocess.run([python, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True).stdout
     names = {line.split("==")[0].lower() for line in listed.splitlines()}
     assert flavour.split("==")[0] in names and "ascend-grad" in names

@@ -2,8 +2,6 @@
 installed beside onnxruntime-cann 1.24.4, CANN (simulated) found through set_env.sh's variables."""
 
 import json
-import subprocess
-import venv
 from pathlib import Path
 
 import numpy as np
@@ -17,16 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def beside_cann(cann, tmp_path_factory):
+def beside_cann(cann, installed_beside):
     """The simulated runtime, with a python whose environment holds onnxruntime-cann and this
     repository installed beside it (as a user on an Atlas machine would: pip install)."""
-    folder = tmp_path_factory.mktemp("beside-cann")
-    venv.create(folder / "env", with_pip=True)
-    python = folder / "env" / "bin" / "python"
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "onnxruntime-cann==1.24.4", "numpy<2"], check=True)
-    subprocess.run([*pip, str(REPO), "numpy<2"], check=True)
-    return type(cann)(cann.root, python)
+    return type(cann)(cann.root, installed_beside("onnxruntime-cann==1.24.4"))
 
 
 SESSION = r"""

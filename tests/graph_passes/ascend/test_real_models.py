@@ -13,7 +13,6 @@ pytest.importorskip("diffusers")
 
 from ascend_grad import DOMAIN  # noqa: E402
 from ascend_grad.graph_passes.ascend import export_for_ascend  # noqa: E402
-from ascend_grad.models import export_training_graph  # noqa: E402
 from ascend_grad.models.export.reference import step_errors, torch_step  # noqa: E402
 from ascend_grad.models.modules import REAL_MODELS  # noqa: E402
 
@@ -22,13 +21,10 @@ ACLNN = {"SiluBackward": "aclnnSiluBackward", "MishBackward": "aclnnMishBackward
 
 
 @pytest.fixture(scope="module")
-def ran(run_plans):
+def ran(run_plans, real_model):
     cases, modules = [], {}
-    for name, (factory, make_inputs) in REAL_MODELS.items():
-        torch.manual_seed(0)
-        module = factory()
-        inputs = make_inputs(2)
-        original = export_training_graph(module, inputs)
+    for name in REAL_MODELS:
+        module, inputs, original = real_model(name)  # exported once per session
         model, plan = export_for_ascend(original)
         feeds = {f"input_{k}": t.numpy() for k, t in enumerate(inputs)}
         cases.append((name, model, plan, original, feeds))

@@ -26,13 +26,11 @@ RUNNERS = {"function_bodies": run_onnxruntime, "kernels": run_kernels}
 
 
 @pytest.fixture(scope="module", params=list(REAL_MODELS))
-def exported(request):
-    """(name, module, static graph, dynamic graph): each model exported once for the file."""
-    factory, inputs = REAL_MODELS[request.param]
-    torch.manual_seed(0)
-    module = factory()
-    static = export_training_graph(module, inputs(2))
-    dynamic = export_training_graph(module, inputs(2), dynamic_batch=True)
+def exported(request, real_model):
+    """(name, module, static graph, dynamic graph): each model exported once (the static graph
+    shared with the other test folders: the session's real_model)."""
+    module, inputs, static = real_model(request.param)
+    dynamic = export_training_graph(module, inputs, dynamic_batch=True)
     return request.param, module, static, dynamic
 
 
