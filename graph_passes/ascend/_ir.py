@@ -55,6 +55,34 @@ def same_dims(a: ir.Value, b: ir.Value) -> bool:
     return True
 
 
+def ints(node: ir.Node, name: str, default: list[int]) -> list[int]:
+    attr = node.attributes.get(name)
+    return list(attr.value) if attr is not None else list(default)
+
+
+def resolved_pads(node: ir.Node, size: list[int] | None, kernel: list[int]) -> list[int] | None:
+    """The pads onnxruntime uses for a Conv or pool (begins, then ends), auto_pad SAME_* resolved
+    from the input's spatial size as its ConvAttributes and PoolAttributes do (they agree where
+    dilations are 1, as for every pool CANN has); None when that size is needed and not static."""
+    spatial = len(kernel)
+    auto = node.attributes.get_string("auto_pad", "NOTSET")
+    if auto == "VALID":
+        return [0] * (2 * spatial)
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        return ints(node, "pads", [0] * (2 * spatial))
+    if size is None:
+        return None
+    strides, dilations = ints(node, "strides", [1] * spatial), ints(node, "dilations", [1] * spatial)
+    begins, ends = [], []
+    for n, k, s, d in zip(size, kernel, strides, dilations):
+        out = (n + s - 1) // s
+        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
+        begin = total // 2 if auto == "SAME_UPPER" else (total + 1) // 2
+        begins.append(begin)
+        ends.append(total - begin)
+    return begins + ends
+
+
 class Names:
     """Fresh node and value names for one graph."""
 

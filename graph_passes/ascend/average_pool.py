@@ -19,28 +19,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ascend_grad.graph_passes.ascend._ir import Log, Names, constant, make_node
+from ascend_grad.graph_passes.ascend._ir import Log, Names, constant, ints, make_node, resolved_pads
 from ascend_grad.graph_passes.ascend.placement import NPU, CannotExport, place_node
 
 WHY = ("onnxruntime-cann 1.24.4 passes count_include_pad as AvgPoolV2's `exclusive` (inverted) and ONNX's pad "
        "order where CANN reads (top, bottom, left, right): every window touching padding is divided wrongly")
-
-
-def _ints(node: ir.Node, name: str, default: list[int]) -> list[int]:
-    attr = node.attributes.get(name)
-    return list(attr.value) if attr is not None else list(default)
-
-
-def _pads(node: ir.Node, size: list[int], kernel: list[int], strides: list[int]) -> list[int]:
-    """ONNX pads (begins, then ends) the node uses, auto_pad resolved as onnxruntime does (pool_attributes.h)."""
-    auto = node.attributes.get_string("auto_pad", "NOTSET")
-    if auto == "VALID":
-        return [0] * (2 * len(size))
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        total = [max(((n + s - 1) // s - 1) * s + k - n, 0) for n, k, s in zip(size, kernel, strides)]
-        begins = [t // 2 if auto == "SAME_UPPER" else (t + 1) // 2 for t in total]
-        return begins + [t - b for t, b in zip(total, begins)]
-    return _ints(node, "pads", [0] * (2 * len(size)))
 
 
 def _counts(size: int, kernel: int, stride: int, begin: int, end: int, out: int, include_pad: bool) -> np.ndarray:
@@ -60,13 +43,13 @@ def rewrite(model: ir.Model, names: Names, log: Log) -> None:
             continue
         x, y = node.inputs[0], node.outputs[0]
         shape = tuple(x.shape) if x.shape is not None else None  # N may be symbolic; C, H, W must not
-        kernel = _ints(node, "kernel_shape", [])
+        kernel = ints(node, "kernel_shape", [])
         if shape is not None and len(kernel) != len(shape) - 2:
             continue  # a malformed node: onnxruntime refuses it at load either way
         spatial = len(kernel)
-        strides = _ints(node, "strides", [1] * spatial)  # (no dilations: CANN's kernels stop at AveragePool-11)
+        strides = ints(node, "strides", [1] * spatial)  # (no dilations: CANN's kernels stop at AveragePool-11)
         auto = node.attributes.get_string("auto_pad", "NOTSET")
-        pads_attr = _ints(node, "pads", [0] * (2 * spatial))
+        pads_attr = ints(node, "pads", [0] * (2 * spatial))
         if auto in ("NOTSET", "VALID") and not any(pads_attr):
             continue  # no padding: CANN computes it right
         why_not = ("a 4-D input with static C, H and W"
@@ -77,7 +60,7 @@ def rewrite(model: ir.Model, names: Names, log: Log) -> None:
             raise CannotExport(f"AveragePool node {node.name!r}: padded, so onnxruntime-cann 1.24.4 would compute it wrongly "
                                f"on the NPU ({WHY}), and its respelling needs {why_not}")
         C, size = shape[1], list(shape[2:])
-        pads = _pads(node, size, kernel, strides)
+        pads = resolved_pads(node, size, kernel)
         out = [(n + b + e - k) // s + 1 for n, b, e, k, s in zip(size, pads[:2], pads[2:], kernel, strides)]
         if min(out) <= 0 or shape[0] == 0 or C == 0:  # (a symbolic N is never 0 here: == compares it as a symbol)
             continue  # an empty output: onnxruntime-cann returns before calling CANN

@@ -17,38 +17,11 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ascend_grad.graph_passes.ascend._ir import Log, Names, constant, make_node, static_shape
+from ascend_grad.graph_passes.ascend._ir import Log, Names, constant, ints, make_node, resolved_pads, static_shape
 from ascend_grad.graph_passes.ascend.placement import NPU, CannotExport, place_node
 
 WHY = ("onnxruntime-cann 1.24.4 passes ONNX's pads (begins, then ends) to CANN's Conv2D, which reads "
        "(top, bottom, left, right): pads {pads} would pad the wrong sides on the NPU")
-
-
-def _ints(node: ir.Node, name: str, default: list[int]) -> list[int]:
-    attr = node.attributes.get(name)
-    return list(attr.value) if attr is not None else list(default)
-
-
-def resolved_pads(node: ir.Node, size: list[int] | None, kernel: list[int]) -> list[int] | None:
-    """The pads onnxruntime uses (begins, then ends), auto_pad SAME_* resolved from the input's
-    spatial size as its ConvAttributes does; None when that size is needed and not static."""
-    spatial = len(kernel)
-    auto = node.attributes.get_string("auto_pad", "NOTSET")
-    if auto == "VALID":
-        return [0] * (2 * spatial)
-    if auto not in ("SAME_UPPER", "SAME_LOWER"):
-        return _ints(node, "pads", [0] * (2 * spatial))
-    if size is None:
-        return None
-    strides, dilations = _ints(node, "strides", [1] * spatial), _ints(node, "dilations", [1] * spatial)
-    begins, ends = [], []
-    for n, k, s, d in zip(size, kernel, strides, dilations):
-        out = (n + s - 1) // s
-        total = max((out - 1) * s + (k - 1) * d + 1 - n, 0)
-        begin = total // 2 if auto == "SAME_UPPER" else (total + 1) // 2
-        begins.append(begin)
-        ends.append(total - begin)
-    return begins + ends
 
 
 def rewrite(model: ir.Model, names: Names, log: Log) -> None:
@@ -59,7 +32,7 @@ def rewrite(model: ir.Model, names: Names, log: Log) -> None:
             continue
         x, w = node.inputs[0], node.inputs[1]
         shape = static_shape(x)
-        kernel = _ints(node, "kernel_shape", []) or (list(w.shape[2:]) if static_shape(w) is not None else [])
+        kernel = ints(node, "kernel_shape", []) or (list(w.shape[2:]) if static_shape(w) is not None else [])
         if len(kernel) != 2:
             continue  # Conv3D / 1-D: not what this rewrite knows about
         spatial = list(x.shape[2:]) if x.shape is not None and len(x.shape) == 4 else None

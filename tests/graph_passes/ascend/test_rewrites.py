@@ -9,7 +9,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from ascend_grad.graph_passes.ascend import export_for_ascend
+from ascend_grad.graph_passes.ascend import PROVIDER_OPTIONS, SESSION_OPTIONS, export_for_ascend
 from ascend_grad.testing import cast_wrapped, group_norm_feeds, random_array
 
 GNSG = "GroupNormSwishGrad"
@@ -62,6 +62,14 @@ def _run(run_plans, cases):
     for name, result in results.items():
         assert result["error"] is None, f"{name}: {result['error']}"
     return exported, results
+
+
+def _run_as_written(run_plans, cases):
+    """[(name, model, feeds)] -> {name: result}: each graph as it was, on the simulated NPU with the
+    session options every plan carries, next to itself on the CPU (what the rewrites avoid)."""
+    options = {"provider_options": PROVIDER_OPTIONS, "session_options": SESSION_OPTIONS}
+    results = run_plans([(f"{name}.as_written", model, options, model, feeds) for name, model, feeds in cases])
+    return {name: results[f"{name}.as_written"] for name, _, _ in cases}
 
 
 def _placement_is_the_plans(result, plan):
@@ -144,8 +152,7 @@ def test_both_inputs_broadcast(rng, run_plans, assert_outputs_close, op):
     assert "Expand" in _rewrite(exported[f"symbolic_{op}"][1], "both_broadcast")["what"]
 
     # the graph as it was, on the NPU: b op b
-    plan = exported[f"static_{op}"][1]
-    as_was = run_plans([(f"as_was_{op}", cases[0][1], plan, cases[0][1], cases[0][2])])[f"as_was_{op}"]
+    as_was = _run_as_written(run_plans, cases[:1])[cases[0][0]]
     assert as_was["error"] is None, as_was["error"]
     assert as_was["placement"]["both_broadcast"][1] == "CANNExecutionProvider"
     bb = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}[op](np.broadcast_to(b, (3, 4)), b)
@@ -236,19 +243,17 @@ def test_padded_average_pool(rng, run_plans, assert_outputs_close):
     """onnxruntime-cann 1.24.4 passes a padded AveragePool to CANN's AvgPoolV2 with `exclusive`
     inverted and the pads in ONNX's order: on the NPU as written it differs from the CPU; the
     export's Conv(ones) / counts equals it. Without padding the node stays as it is."""
-    cases, as_written = [], []
+    cases = []
     for name, (H, W, attributes) in {**POOLS, "no_pad": (6, 6, dict(kernel_shape=[2, 2], strides=[2, 2]))}.items():
         model = _pool(H, W, **attributes)
         feeds = {"x": (rng.standard_normal((2, 3, H, W)) + 3).astype(np.float32)}
         cases.append((name, model, feeds))
-        as_written.append((f"{name}.as_written", model, {"provider_options": {"enable_cann_graph": "0"},
-                                                        "session_options": {"graph_optimization_level": "ORT_DISABLE_ALL"}}, model, feeds))
     exported, results = _run(run_plans, cases)
-    before = run_plans(as_written)
+    before = _run_as_written(run_plans, cases)
     for name, (model, plan) in exported.items():
         _placement_is_the_plans(results[name], plan)
         assert_outputs_close(results[name]["cann"], results[name]["cpu"], name)
-        written = before[f"{name}.as_written"]
+        written = before[name]
         assert written["placement"]["pool"][1] == "CANNExecutionProvider"
         if name == "no_pad":
             assert _ops(model, "AveragePool") and not plan["rewrites"]
@@ -309,20 +314,18 @@ def test_conv_padded_unevenly(rng, run_plans, assert_outputs_close):
     """onnxruntime-cann 1.24.4 hands ONNX's pads to CANN's Conv2D, which reads them as (top,
     bottom, left, right): as written such a Conv fails or differs on the NPU; exported (Pad, then
     Conv with pads 0) it equals the CPU."""
-    cases, as_written = [], []
+    cases = []
     for name, (H, W, kernel, attributes) in CONVS.items():
         model = _conv(H, W, kernel, **attributes)
         feeds = {"x": random_array(rng, (2, 3, H, W), np.float32), "w": random_array(rng, (4, 3, *kernel), np.float32)}
         cases.append((name, model, feeds))
-        as_written.append((f"{name}.as_written", model, {"provider_options": {"enable_cann_graph": "0"},
-                                                        "session_options": {"graph_optimization_level": "ORT_DISABLE_ALL"}}, model, feeds))
     exported, results = _run(run_plans, cases)
-    before = run_plans(as_written)
+    before = _run_as_written(run_plans, cases)
     for name, (model, plan) in exported.items():
         _placement_is_the_plans(results[name], plan)
         assert_outputs_close(results[name]["cann"], results[name]["cpu"], name)
         assert _placed(plan, "Conv") == ["npu"]
-        written = before[f"{name}.as_written"]
+        written = before[name]
         if name in ("square", "same_reading"):
             assert not plan["rewrites"] and written["error"] is None
             np.testing.assert_allclose(written["cann"]["y"], written["cpu"]["y"], rtol=1e-5, atol=1e-5)
