@@ -1,5 +1,6 @@
-"""fuse_backward_ops: the rule sets in order (GroupNorm first: its swish part would otherwise be
-taken by the SiLU rule), then dead-node removal, a topological sort and the function bodies."""
+"""FusionPass (onnx_ir pass) and fuse_backward_ops: the rule sets in order (GroupNorm first: its
+swish part would otherwise be taken by the SiLU rule), then dead-node removal, a topological sort;
+fuse_backward_ops adds the function bodies."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass, RemoveUnusedOpsetsPass,
 from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
 
 from ascend_grad import DOMAIN
-from ascend_grad.graph_passes import group_norm_swish_grad, mish_backward, silu_backward
+from ascend_grad.graph_passes import _context, group_norm_swish_grad, mish_backward, silu_backward
 from ascend_grad.graph_passes._graph import remove_dead_nodes
-from ascend_grad.graph_passes._rule import start_notes
 from ascend_grad.ops import attach_functions
 
 # in this order: GroupNorm first, or the SiLU rules would take its swish part
@@ -79,6 +79,44 @@ def _ir_with_shapes(model: ir.Model) -> ir.Model:
     return model
 
 
+@dataclass
+class FusionResult(ir.passes.PassResult):
+    report: FusionReport = field(default_factory=FusionReport)
+
+
+class FusionPass(ir.passes.InPlacePass):
+    """The fusion as an onnx_ir pass (chains in a PassManager with others): the rule sets in
+    order, dead-node removal, unused opsets, a topological sort. Each call keeps its notes in a
+    context of its own; the call's report is on the result (`.report`) and on the pass
+    (`.report`, the last call's). Function bodies are not attached here (fuse_backward_ops does)."""
+
+    report: FusionReport | None = None
+
+    def call(self, model: ir.Model) -> FusionResult:
+        with _context.running() as context:
+            report = FusionReport(nodes_before=_count_nodes(model.graph))
+            held = Counter(n.op_type for n in model.graph.all_nodes() if n.domain == DOMAIN)  # from an earlier pass
+            present = {n.op_type for n in model.graph.all_nodes()}
+            present |= {n.op_type for f in model.functions.values() for n in f}
+            ran = False
+            for module in MODULES:
+                rules = module.rules(present)  # only the rules whose ops the graph holds
+                if rules:
+                    RewriteRuleSet(rules).apply_to_model(model)
+                    remove_dead_nodes(model.graph)  # the replaced subgraph: the next rules must not see it
+                    ran = True
+            if ran:  # what is left: unused initializers, dead nodes in functions and subgraphs
+                RemoveUnusedNodesPass()(model)
+            RemoveUnusedOpsetsPass()(model)
+            TopologicalSortPass()(model)
+            found = Counter(n.op_type for n in model.graph.all_nodes() if n.domain == DOMAIN)
+            report.counts = {op: found.get(op, 0) - held.get(op, 0) for op in OPS}
+            report.fused, report.refused = context.fused, context.refused
+            report.nodes_after = _count_nodes(model.graph)
+        self.report = report
+        return FusionResult(model, modified=bool(report.fused), report=report)
+
+
 def fuse_backward_ops(model):
     """Fuse every provable decomposed backward of the op set; returns (model, FusionReport).
 
@@ -89,33 +127,10 @@ def fuse_backward_ops(model):
     enabled = gc.isenabled()
     gc.disable()  # the pass makes many short-lived objects and no garbage worth collecting midway
     try:
-        return _fuse(model)
+        ir_model, kind = _load(model)
+        result = FusionPass()(ir_model)
+        attach_functions(ir_model)
+        return (ir_model if kind == "ir" else ir.serde.serialize_model(ir_model)), result.report
     finally:
         if enabled:
             gc.enable()
-
-
-def _fuse(model):
-    ir_model, kind = _load(model)
-    report = FusionReport(nodes_before=_count_nodes(ir_model.graph))
-    notes = start_notes()
-    held = Counter(n.op_type for n in ir_model.graph.all_nodes() if n.domain == DOMAIN)  # from an earlier pass
-    present = {n.op_type for n in ir_model.graph.all_nodes()}
-    present |= {n.op_type for f in ir_model.functions.values() for n in f}
-    ran = False
-    for module in MODULES:
-        rules = module.rules(present)  # only the rules whose ops the graph holds
-        if rules:
-            RewriteRuleSet(rules).apply_to_model(ir_model)
-            remove_dead_nodes(ir_model.graph)  # the replaced subgraph: the next rules must not see it
-            ran = True
-    if ran:  # what is left: unused initializers, dead nodes in functions and subgraphs
-        RemoveUnusedNodesPass()(ir_model)
-    RemoveUnusedOpsetsPass()(ir_model)
-    TopologicalSortPass()(ir_model)
-    found = Counter(n.op_type for n in ir_model.graph.all_nodes() if n.domain == DOMAIN)
-    report.counts = {op: found.get(op, 0) - held.get(op, 0) for op in OPS}
-    report.fused, report.refused = notes.fused, notes.refused
-    report.nodes_after = _count_nodes(ir_model.graph)
-    attach_functions(ir_model)
-    return (ir_model if kind == "ir" else ir.serde.serialize_model(ir_model)), report

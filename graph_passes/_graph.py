@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from ascend_grad.graph_passes import _context
+
 FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
 
 # Ops that do not change an elementwise value: a Cast between float types changes only the
@@ -46,19 +48,11 @@ def _transparent_input(node: ir.Node) -> ir.Value | None:
     return None
 
 
-# Memo of strip and scalar for the values of the graph being matched. A rewrite rewires readers,
-# so the rules clear it after every rewrite (clear_memo); values are kept as keys, never ids.
-_memo: dict[str, dict[ir.Value, object]] = {"strip": {}, "scalar": {}}
-
-
-def clear_memo() -> None:
-    for table in _memo.values():
-        table.clear()
-
-
 def strip(value: ir.Value) -> ir.Value:
     """`value` with Identity, float Casts, Expand and multiplications or divisions by 1 peeled off."""
-    table = _memo["strip"]
+    table = _context.memo("strip")  # (per pass run: a rewrite clears it)
+    if table is None:
+        return _strip(value)
     if value not in table:
         table[value] = _strip(value)
     return table[value]
@@ -105,7 +99,9 @@ def scalar(value: ir.Value | None) -> float | None:
     Expand and Identity. Broadcasting one number is all these spellings do."""
     if value is None:
         return None
-    table = _memo["scalar"]
+    table = _context.memo("scalar")
+    if table is None:
+        return _scalar(value)
     if value not in table:
         table[value] = _scalar(value)
     return table[value]

@@ -9,8 +9,8 @@ produces, computes from g = dy * swish'(z), the GroupNorm input x and its statis
     dx = g * c1 + x * c2 + c3                                    s = 1 / (C/G * HxW)
     dgamma = sum_n((ds - db * mean) * rstd),  dbeta = sum_n(db)
 
-and the exporter writes the forward z = GroupNorm(x) as InstanceNormalization over (N, G, -1), then
-gamma and beta per channel, with mean and rstd computed beside it. Each piece is checked: shapes and
+with the forward z = GroupNorm(x) and its statistics recognised by _group_norm_forward. Each piece
+of the backward is checked: shapes and
 axes from the Reshape and reduction constants, the elementwise parts as polynomials (so operand
 order and association do not matter), constants by value. GroupNormSwishGrad recomputes z from
 x, mean, rstd, gamma and beta, so it is the same math only when mean and rstd are x's statistics
@@ -26,12 +26,11 @@ import numpy as np
 import onnx_ir as ir
 
 from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig
-from ascend_grad.graph_passes._graph import axes_of, dims, producer, scalar, shape_tensor_dims, strip, users, users_through_casts
+from ascend_grad.graph_passes._graph import axes_of, dims, producer, strip, users, users_through_casts
+from ascend_grad.graph_passes._group_norm_forward import (
+    GroupNormForward, Refuse, check_statistics, recognise, reduced, reshape_dims, reshape_of, unsqueezed,
+)
 from ascend_grad.graph_passes._swish import Activation
-
-
-class Refuse(Exception):
-    """This subgraph is not (provably) the GroupNorm + swish backward; the message says why."""
 
 
 @dataclass
@@ -49,81 +48,8 @@ class GroupNormBackward:
     dbeta: ir.Value | None
 
 
-@dataclass
-class _Forward:
-    x: ir.Value
-    gamma: ir.Value
-    beta: ir.Value
-    num_groups: int
-    eps: float
-
-
-def _expect(node: ir.Node | None, what: str) -> ir.Node:
-    if node is None:
-        raise Refuse(what)
-    return node
-
-
 def _close(a: float, b: float, tolerance: float = 1e-6) -> bool:
     return math.isclose(a, b, rel_tol=tolerance, abs_tol=0.0)
-
-
-def reshape_dims(node: ir.Node) -> list[int | str | None] | None:
-    """What a Reshape produces: its constant target (0 copies the input's dim, -1 unknown), else
-    the shape recorded on its output."""
-    target = shape_tensor_dims(node.inputs[1])
-    if target is not None:
-        source = dims(node.inputs[0]) or []
-        allowzero = node.attributes.get_int("allowzero", 0)
-        out: list[int | str | None] = []
-        for k, d in enumerate(target):
-            if d == 0 and not allowzero:
-                out.append(source[k] if k < len(source) else None)
-            else:
-                out.append(None if d == -1 else d)
-        return out
-    return dims(node.outputs[0])
-
-
-def _reshape_of(value: ir.Value, rank: int) -> tuple[ir.Value, list] :
-    node = _expect(producer(strip(value), "Reshape"), "a Reshape is missing")
-    shape = reshape_dims(node)
-    if shape is None or len(shape) != rank:
-        raise Refuse(f"a Reshape to rank {rank} has an unknown target")
-    return strip(node.inputs[0]), shape
-
-
-def _unsqueezed(value: ir.Value, count: int) -> ir.Value:
-    """The value under `count` trailing Unsqueeze(-1)s (or one Unsqueeze of `count` trailing axes)."""
-    value = strip(value)
-    added = 0
-    while added < count:
-        node = _expect(producer(value, "Unsqueeze"), "an Unsqueeze is missing")
-        axes = axes_of(node)
-        base_rank = len(dims(node.inputs[0]) or []) if dims(node.inputs[0]) is not None else None
-        trailing = axes is not None and (all(a < 0 for a in axes) or base_rank is not None)
-        if not trailing:
-            raise Refuse("an Unsqueeze's axes are not constant")
-        if base_rank is not None:
-            axes = sorted(a if a >= 0 else a + base_rank + len(axes) for a in axes)
-            if axes != list(range(base_rank, base_rank + len(axes))):
-                raise Refuse(f"an Unsqueeze adds axes {axes}, not trailing ones")
-        elif axes != list(range(-len(axes), 0)) and sorted(axes) != list(range(-len(axes), 0)):
-            raise Refuse(f"an Unsqueeze adds axes {axes}, not trailing ones")
-        added += len(axes)
-        value = strip(node.inputs[0])
-    if added != count:
-        raise Refuse("unexpected Unsqueeze axes")
-    return value
-
-
-def _reduce(value: ir.Value, op_type: str, axes: list[int], keepdims: int, rank: int) -> ir.Value:
-    node = _expect(producer(strip(value), op_type), f"a {op_type} is missing")
-    if node.attributes.get_int("keepdims", 1) != keepdims:
-        raise Refuse(f"a {op_type} keeps dims differently")
-    if axes_of(node, rank) != axes:
-        raise Refuse(f"a {op_type} reduces axes {axes_of(node, rank)}, not {axes}")
-    return strip(node.inputs[0])
 
 
 def _poly(value: ir.Value, stop=()) -> tuple[Algebra, Poly]:
@@ -134,78 +60,9 @@ def _poly(value: ir.Value, stop=()) -> tuple[Algebra, Poly]:
         raise Refuse(f"not a small polynomial ({error})") from None
 
 
-def parse_forward(z: ir.Value) -> _Forward:
-    """z = InstanceNormalization(Reshape(x, (N, G, -1)), 1, 0) reshaped back, * gamma + beta."""
-    if strip(z).producer() is None:
-        raise Refuse("z is an input of this graph (a saved activation): no forward GroupNorm here to prove it")
-    add = _expect(producer(strip(z), "Add"), "z is not GroupNorm's output (no Add of beta)")
-    for scaled, shifted in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-        mul = producer(strip(scaled), "Mul")
-        beta_unsqueeze = producer(strip(shifted), "Unsqueeze")
-        if mul is None or beta_unsqueeze is None:
-            continue
-        for normalized, weight in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
-            gamma_unsqueeze = producer(strip(weight), "Unsqueeze")
-            back = producer(strip(normalized), "Reshape")
-            norm = producer(strip(back.inputs[0]), "InstanceNormalization") if back is not None else None
-            if gamma_unsqueeze is None or norm is None:
-                continue
-            if scalar(norm.inputs[1]) != 1.0 or scalar(norm.inputs[2]) != 0.0:
-                raise Refuse("the InstanceNormalization has its own scale or bias")
-            x, grouped = _reshape_of(norm.inputs[0], 3)
-            if not isinstance(grouped[1], int) or grouped[2] is not None and dims(x) is None:
-                raise Refuse("the group count of the forward reshape is not constant")
-            eps = norm.attributes.get_float("epsilon", 1e-5)
-            return _Forward(x, strip(gamma_unsqueeze.inputs[0]), strip(beta_unsqueeze.inputs[0]), int(grouped[1]), eps)
-    raise Refuse("z is not GroupNorm's output (InstanceNormalization * gamma + beta)")
-
-
-def _rounded(number: float, like: ir.Value) -> float:
-    """number as `like`'s dtype holds it (a float16 graph keeps eps = 1e-5 as 1.0014e-05)."""
-    dtype = like.dtype.numpy() if like.dtype is not None else np.float32
-    return float(np.array(number, dtype=np.float32).astype(dtype))
-
-
-def _grouped_x(value: ir.Value, forward: _Forward) -> ir.Value:
-    """value is Reshape(x, (N, G, -1))."""
-    base, shape = _reshape_of(value, 3)
-    if base is not forward.x or shape[1] != forward.num_groups:
-        raise Refuse("a statistic is not taken over x grouped by num_groups")
-    return base
-
-
-def check_statistics(mean: ir.Value, rstd: ir.Value, forward: _Forward) -> None:
-    """mean = mean over each group of x; rstd = 1 / sqrt(var + eps) with the forward's eps."""
-    _grouped_x(_reduce(mean, "ReduceMean", [2], 0, 3), forward)
-    node = producer(strip(rstd))
-    if node is not None and node.op_type == "Div" and scalar(node.inputs[0]) == 1.0:
-        root = node.inputs[1]
-    elif node is not None and node.op_type == "Reciprocal":
-        root = node.inputs[0]
-    else:
-        raise Refuse("rstd is not 1 / sqrt(var + eps)")
-    add = _expect(producer(strip(_expect(producer(strip(root), "Sqrt"), "rstd has no Sqrt").inputs[0]), "Add"), "no eps")
-    for var, eps in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-        if scalar(eps) is not None and scalar(eps) == _rounded(forward.eps, eps):
-            break
-    else:
-        raise Refuse(f"rstd's eps is not the forward's ({forward.eps})")
-    squares = producer(_reduce(var, "ReduceMean", [2], 0, 3))
-    if squares is not None and squares.op_type == "Mul" and strip(squares.inputs[0]) is strip(squares.inputs[1]):
-        deviation = squares.inputs[0]
-    elif squares is not None and squares.op_type == "Pow" and scalar(squares.inputs[1]) == 2.0:
-        deviation = squares.inputs[0]
-    else:
-        raise Refuse("the variance is not the mean of squared deviations")
-    centred = _expect(producer(strip(deviation), "Sub"), "the deviations are not x - mean")
-    grouped = _grouped_x(centred.inputs[0], forward)
-    if _grouped_x(_reduce(centred.inputs[1], "ReduceMean", [2], 1, 3), forward) is not grouped:
-        raise Refuse("the deviations are not taken from the group mean")
-
-
 def prove(g: ir.Value, swish: Activation) -> GroupNormBackward:
     """The GroupNorm + swish backward whose swish part computes g (raises Refuse)."""
-    forward = parse_forward(swish.x)
+    forward = recognise(swish.x)
     x, G = forward.x, forward.num_groups
     x_dims = dims(x)
     if x_dims is None or len(x_dims) < 3:
@@ -245,7 +102,7 @@ def prove(g: ir.Value, swish: Activation) -> GroupNormBackward:
     if dx_shape is None or len(dx_shape) != rank or any(a is not None and b is not None and a != b for a, b in zip(dx_shape, x_dims)):
         raise Refuse("dx is not reshaped back to x's shape")
     terms = _dx_terms(dx_pre, g4, forward, g4_shape)
-    c1, c2, c3 = (_unsqueezed(terms[0], 1), _unsqueezed(terms[1], 2), _unsqueezed(terms[2], 2))
+    c1, c2, c3 = (unsqueezed(terms[0], 1), unsqueezed(terms[1], 2), unsqueezed(terms[2], 2))
     mean, rstd, db_val, ds_val = _coefficients(c2, c3, 1.0 / (HxW * cpg))
     _check_c1(c1, rstd, forward, G, cpg)
     _check_group_sum(db_val, db, forward, G, cpg)
@@ -294,7 +151,7 @@ def _dx_root(g4: ir.Value) -> tuple[ir.Value, ir.Value]:
             raise Refuse(f"dx's sum ends in a {node.op_type}")
 
 
-def _dx_terms(dx_pre: ir.Value, g4: ir.Value, forward: _Forward, g4_shape) -> tuple[ir.Value, ir.Value, ir.Value]:
+def _dx_terms(dx_pre: ir.Value, g4: ir.Value, forward: GroupNormForward, g4_shape) -> tuple[ir.Value, ir.Value, ir.Value]:
     """dx before the reshape = g4 * C1 + X4 * C2 + C3: returns C1, C2, C3."""
     algebra, poly = _poly(dx_pre, stop=[g4])
     gi = algebra.atom("value", strip(g4))
@@ -310,8 +167,8 @@ def _dx_terms(dx_pre: ir.Value, g4: ir.Value, forward: _Forward, g4_shape) -> tu
         elif len(atoms) == 2:
             first, second = (algebra.atoms[i][1] for i in atoms)
             for x4, coefficient in ((first, second), (second, first)):
-                if producer(strip(x4), "Reshape") is not None and _reshape_of(x4, 4)[0] is forward.x:
-                    if _reshape_of(x4, 4)[1] != g4_shape:
+                if producer(strip(x4), "Reshape") is not None and reshape_of(x4, 4)[0] is forward.x:
+                    if reshape_of(x4, 4)[1] != g4_shape:
                         raise Refuse("x and g are grouped differently")
                     c2 = coefficient
         elif len(atoms) == 1:
@@ -349,27 +206,27 @@ def _coefficients(c2: ir.Value, c3: ir.Value, s: float) -> tuple[ir.Value, ir.Va
     raise Refuse("c3 is not -c2 * mean - db_val * rstd / (C/G * HxW)")
 
 
-def _check_c1(c1: ir.Value, rstd: ir.Value, forward: _Forward, G: int, cpg: int) -> None:
+def _check_c1(c1: ir.Value, rstd: ir.Value, forward: GroupNormForward, G: int, cpg: int) -> None:
     """c1 = Unsqueeze(rstd, -1) * Reshape(gamma, (1, G, C/G))."""
     algebra, poly = _poly(c1)
     if len(poly) != 1 or list(poly.values()) != [1.0] or len(next(iter(poly))) != 2:
         raise Refuse("c1 is not rstd * gamma")
     first, second = (algebra.atoms[i][1] for i, _ in next(iter(poly)))
-    for unsqueezed, reshaped in ((first, second), (second, first)):
+    for per_group, reshaped in ((first, second), (second, first)):
         node = producer(strip(reshaped), "Reshape")
-        if node is not None and producer(strip(unsqueezed), "Unsqueeze") is not None:
-            if _unsqueezed(unsqueezed, 1) is not rstd:
+        if node is not None and producer(strip(per_group), "Unsqueeze") is not None:
+            if unsqueezed(per_group, 1) is not rstd:
                 raise Refuse("c1 does not use rstd")
-            gamma, shape = _reshape_of(reshaped, 3)
+            gamma, shape = reshape_of(reshaped, 3)
             if gamma is not forward.gamma or shape[1:] != [G, cpg]:
                 raise Refuse("c1 does not use gamma grouped by num_groups")
             return
     raise Refuse("c1 is not rstd * gamma")
 
 
-def _check_group_sum(value: ir.Value, per_channel: ir.Value, forward: _Forward, G: int, cpg: int) -> None:
+def _check_group_sum(value: ir.Value, per_channel: ir.Value, forward: GroupNormForward, G: int, cpg: int) -> None:
     """value = sum over each group's channels of per_channel * Unsqueeze(gamma, 0)."""
-    product, shape = _reshape_of(_reduce(value, "ReduceSum", [2], 0, 3), 3)
+    product, shape = reshape_of(reduced(value, "ReduceSum", [2], 0, 3), 3)
     if shape[1:] != [G, cpg]:
         raise Refuse("a per-group sum is not grouped by num_groups")
     algebra, poly = _poly(product, stop=[per_channel])
@@ -430,6 +287,6 @@ def _is_dgamma_sum(algebra: Algebra, poly: Poly, ds3, db, mean, rstd) -> bool:
 
 def _safe_unsqueezed(value: ir.Value) -> ir.Value | None:
     try:
-        return _unsqueezed(value, 1)
+        return unsqueezed(value, 1)
     except Refuse:
         return None

@@ -8,38 +8,14 @@ pass then drops what became dead, so an intermediate that something else still r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter._basics import MatchResult
 
 from ascend_grad import DOMAIN
-from ascend_grad.graph_passes._graph import clear_memo, is_live
+from ascend_grad.graph_passes._context import current
+from ascend_grad.graph_passes._graph import is_live
 from ascend_grad.ops._schema import FLOAT_TYPES  # the op set's dtypes
-
-
-@dataclass
-class Notes:
-    """What a pass fused, and why gradients it recognised were left alone ("Op at <activation
-    input>": reason); filled while a pass runs."""
-
-    refused: dict[str, str] = field(default_factory=dict)
-    fused: list[dict] = field(default_factory=list)
-
-
-_current = Notes()
-
-
-def notes() -> Notes:
-    return _current
-
-
-def start_notes() -> Notes:
-    global _current
-    _current = Notes()
-    clear_memo()
-    return _current
 
 
 def dtype_refusal(**values: ir.Value | None) -> str | None:
@@ -57,22 +33,28 @@ class FusionRule(pattern.RewriteRuleClassBase):
 
     def __init__(self, name: str):
         super().__init__(name, remove_nodes=True)  # removes the anchor only: the pattern is one node
-        self._proof = None
 
     def refuse(self, activation: ir.Value, reason: str) -> MatchResult:
         """A recognised gradient of the activation with input `activation` cannot be fused."""
-        notes().refused[f"{self.op_type} at {activation.name}"] = reason
+        current().refused[f"{self.op_type} at {activation.name}"] = reason
         return MatchResult().fail(reason)
 
-    def accept(self, activation: ir.Value, proof) -> MatchResult:
-        notes().refused.pop(f"{self.op_type} at {activation.name}", None)
-        self._proof = proof
+    def accept(self, activation: ir.Value, root: ir.Value, proof) -> MatchResult:
+        """The match at anchor `root` is proven: `proof` goes to rewrite (see `proof`)."""
+        context = current()
+        context.refused.pop(f"{self.op_type} at {activation.name}", None)
+        context.proofs[root] = proof
         return MatchResult()
+
+    def proof(self, root: ir.Value):
+        """What check proved about the match at anchor `root` (rewrite follows check directly)."""
+        return current().proofs.pop(root)
 
     def record(self, root: ir.Value, **details) -> None:
         """Note a fusion (called from rewrite: the graph is about to change, so the memo goes)."""
-        clear_memo()
-        notes().fused.append({"op": self.op_type, "at": root.name, **details})
+        context = current()
+        context.graph_changed()
+        context.fused.append({"op": self.op_type, "at": root.name, **details})
 
 
 class ElementwiseGradientRule(FusionRule):
@@ -101,10 +83,10 @@ class ElementwiseGradientRule(FusionRule):
         if isinstance(found, str):
             return MatchResult().fail(found)
         reason = dtype_refusal(dy=found.dy, x=found.x, gradient=root) or self.refusal(found, root)
-        return self.refuse(found.x, reason) if reason else self.accept(found.x, found)
+        return self.refuse(found.x, reason) if reason else self.accept(found.x, root, found)
 
     def rewrite(self, op, a, b, root: ir.Value, **_):
-        found = self._proof
+        found = self.proof(root)
         self.record(root, dy=found.dy.name, x=found.x.name)
         return node_for(op, self.op_type, [cast_to(op, found.dy, root.dtype), cast_to(op, found.x, root.dtype)])
 

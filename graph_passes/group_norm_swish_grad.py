@@ -62,11 +62,11 @@ class GroupNormSwishGradRule(FusionRule):
                 return self.refuse(swish.x, "the proven dx is another value")
             reason = dtype_refusal(dx=root, dy=proof.dy, x=proof.x, mean=proof.mean, rstd=proof.rstd, gamma=proof.gamma,
                                    beta=proof.beta)
-            return self.refuse(swish.x, reason) if reason else self.accept(swish.x, proof)
+            return self.refuse(swish.x, reason) if reason else self.accept(swish.x, root, proof)
         return MatchResult().fail("no swish gradient feeds this sum")
 
     def rewrite(self, op, dx_sum, shape, root: ir.Value, **_):
-        p = self._proof
+        p = self.proof(root)
         # compute in the dtypes the decomposed backward computes in (a float16 graph may upcast):
         # T from dx, U from dgamma/dbeta; the casts in are exact widenings or no-ops
         T = root.dtype or p.x.dtype

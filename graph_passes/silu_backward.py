@@ -51,9 +51,10 @@ class QuickGeluGradAsSilu(FusionRule):
         if alpha != 1.0:
             return self.refuse(x, f"QuickGeluGrad alpha is {alpha:g}, not 1 (not SiLU)")
         reason = dtype_refusal(dy=dy, x=x, gradient=root)
-        return self.refuse(x, reason) if reason else self.accept(x, (dy, x))
+        return self.refuse(x, reason) if reason else self.accept(x, root, (dy, x))
 
     def rewrite(self, op, dy, x, root: ir.Value, **_):
+        self.proof(root)  # (nothing more to carry than the inputs)
         self.record(root, dy=dy.name, x=x.name)
         return node_for(op, OP_TYPE, [dy, x])
 
