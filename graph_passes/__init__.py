@@ -11,5 +11,6 @@ sorted, and the ops' function bodies are attached, so any ONNX runtime can run t
 """
 
 from ascend_grad.graph_passes._fuse import FusionReport, fuse_backward_ops
+from ascend_grad.graph_passes.training_artifacts import ArtifactsReport, NotArtifacts, fuse_training_artifacts
 
-__all__ = ["FusionReport", "fuse_backward_ops"]
+__all__ = ["ArtifactsReport", "FusionReport", "NotArtifacts", "fuse_backward_ops", "fuse_training_artifacts"]

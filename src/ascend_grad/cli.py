@@ -111,6 +111,8 @@ def cmd_fuse(args: argparse.Namespace) -> int:
     """Fuse the decomposed backward passes of IN into ascend.grad nodes; write OUT."""
     from ascend_grad.graph_passes import fuse_backward_ops
 
+    if os.path.isdir(args.input):
+        return _fuse_artifacts(args)
     model = _load_model(args.input)
     if args.verify and os.path.realpath(args.output) == os.path.realpath(args.input):
         raise InputError(f"{args.output}: --verify runs IN and OUT side by side; write OUT to another path")
@@ -141,6 +143,35 @@ def cmd_fuse(args: argparse.Namespace) -> int:
             _write_report(args.report, result)
             return 1
     _write_report(args.report, result)
+    return 0
+
+
+def _fuse_artifacts(args: argparse.Namespace) -> int:
+    """fuse on a folder of onnxruntime-training artifacts: OUT is a folder of the same files, fused
+    (graph_passes.fuse_training_artifacts)."""
+    from ascend_grad.graph_passes import NotArtifacts, fuse_training_artifacts
+
+    if args.target == "ascend":
+        raise InputError(f"{args.input}: a folder of onnxruntime-training artifacts: their training graph holds "
+                         "onnxruntime-training ops that onnxruntime-cann cannot load (--target ascend takes one ONNX file)")
+    if args.verify:
+        raise InputError(f"{args.input}: a folder of onnxruntime-training artifacts: --verify runs graphs in this "
+                         "onnxruntime, which cannot run them; load OUT with onnxruntime.training.api")
+    try:
+        report = fuse_training_artifacts(args.input, args.output)
+    except NotArtifacts as error:
+        raise InputError(str(error)) from None
+    for name, fusion in report.models.items():
+        fused_ops = ", ".join(f"{op} x{n}" for op, n in fusion.counts.items() if n) or "nothing"
+        print(f"{name}: fused: {fused_ops}; nodes {fusion.nodes_before} -> {fusion.nodes_after}")
+    for where, why in report.refused.items():
+        print(f"left alone: {where}: {why}")
+    carried = [f"{name} ({how})" if how != "copied" else name for name, how in report.written.items() if how != "fused"]
+    print(f"carried over: {', '.join(carried)}")
+    for name, why in report.dropped.items():
+        print(f"not written: {name}: {why}")
+    print(f"wrote {args.output}")
+    _write_report(args.report, report.to_dict())
     return 0
 
 
@@ -416,7 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Replace every decomposed SiLU, Mish and GroupNorm+swish backward in IN that is provably the "
         "op's math by one ascend.grad node, attach the ops' function bodies, and write OUT.",
     )
-    fuse.add_argument("input", metavar="IN.onnx")
+    fuse.add_argument("input", metavar="IN.onnx", help="an ONNX file, or a folder of onnxruntime-training artifacts "
+                      "(training_model.onnx, eval_model.onnx, optimizer_model.onnx, checkpoint): OUT is then a folder of "
+                      "the same files, fused, that onnxruntime.training.api loads")
     fuse.add_argument("-o", "--output", metavar="OUT.onnx", required=True)
     fuse.add_argument("--target", choices=["cpu", "ascend"], default="cpu",
                       help="where the fused graph runs: cpu (onnxruntime's CPU execution provider with the kernel library, "
