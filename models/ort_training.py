@@ -21,7 +21,8 @@ parameter values are not in the graph but in the artifacts' `checkpoint`.
 
 onnxruntime-training 1.19.2 has no gradient for Softplus (Mish) nor InstanceNormalization (how
 torch exports GroupNorm), and generate_artifacts fails on MishMLP, ResBlock and GroupNormSwishBlock.
-`rewrite=True` first respells those two ops with ops it can differentiate (see `_differentiable`).
+`rewrite=True` first respells those two ops with ops it can differentiate
+(ascend_grad.training.make_differentiable).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from onnx import helper, numpy_helper
 from torch import nn
 
 from ascend_grad.models.export.interface import WithLoss, rename_interface
+from ascend_grad.training import make_differentiable as _differentiable  # (product code: ascend_grad.training)
 from ascend_grad.venvs import venv_python
 
 SPEC = ["onnxruntime-training-cpu==1.19.2", "onnx==1.16.2", "numpy"]  # onnx 1.17.0 works too
@@ -116,45 +118,6 @@ def _drop_identity_casts(model: onnx.ModelProto) -> onnx.ModelProto:
             for node in model.graph.node:
                 node.input[:] = [cast.input[0] if v == cast.output[0] else v for v in node.input]
             model.graph.node.remove(cast)
-    return model
-
-
-def _differentiable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Respell the ops onnxruntime-training 1.19.2 has no gradient builder for.
-
-    - Softplus(x) -> Relu(x) + Log(1 + Exp(-|x|)), the overflow-free form (Log(1 + Exp(x)) would
-      give 0 * inf = NaN in the backward for x > 88);
-    - InstanceNormalization(x, ones, zeros), torch's GroupNorm core on x = (N, groups, rest), ->
-      LayerNormalization(x, ones(rest), zeros(rest), axis=2) with its mean and inv_std_var outputs, which
-      LayerNormalizationGrad needs; torch applies GroupNorm's own weight and bias after it.
-    """
-    typed = onnx.shape_inference.infer_shapes(model)
-    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in typed.graph.value_info}
-    values = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"}
-    values.update({t.name: numpy_helper.to_array(t) for t in model.graph.initializer})
-    nodes = []
-    for node in model.graph.node:
-        x, y = node.input[0] if node.input else "", node.output[0]
-        if node.op_type == "Softplus":
-            model.graph.initializer.append(numpy_helper.from_array(np.array(1, np.float32), f"{y}/one"))
-            steps = [("Relu", [x], "relu"), ("Abs", [x], "abs"), ("Neg", ["abs"], "neg"), ("Exp", ["neg"], "exp"),
-                     ("Add", ["exp", "one"], "1p"), ("Log", ["1p"], "log"), ("Add", ["relu", "log"], "")]
-            local = lambda part: part if part == x else f"{y}/{part}" if part else y  # noqa: E731
-            nodes += [helper.make_node(op, [local(i) for i in ins], [local(out)]) for op, ins, out in steps]
-        elif node.op_type == "InstanceNormalization":
-            scale, bias = values.get(node.input[1]), values.get(node.input[2])
-            rest = shapes.get(x, [0])[2:]
-            if scale is None or bias is None or not (np.all(scale == 1) and np.all(bias == 0)) or 0 in rest:
-                raise ValueError(f"{node.name}: only InstanceNormalization(x, ones, zeros) with a static shape is respelled")
-            # its gradient builder wants the optional bias too
-            model.graph.initializer.extend([numpy_helper.from_array(np.ones(rest, np.float32), f"{y}/ones"),
-                                            numpy_helper.from_array(np.zeros(rest, np.float32), f"{y}/zeros")])
-            nodes.append(helper.make_node("LayerNormalization", [x, f"{y}/ones", f"{y}/zeros"], [y, f"{y}/mean", f"{y}/inv_std_var"],
-                                          axis=2, epsilon=helper.get_node_attr_value(node, "epsilon")))
-        else:
-            nodes.append(node)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
     return model
 
 
