@@ -68,8 +68,13 @@ GRAPH_SET = {
 
 def make_module(name: str, seed: int = 0) -> torch.nn.Module:
     """The module with deterministic, generic parameters (GroupNorm's scale and shift not 1 and 0)."""
+    return seeded_module(MODULES[name][0], seed)
+
+
+def seeded_module(factory, seed: int = 0) -> torch.nn.Module:
+    """`factory()` made after torch.manual_seed(seed), its GroupNorms' scale and shift made generic."""
     torch.manual_seed(seed)
-    module = MODULES[name][0]()
+    module = factory()
     with torch.no_grad():
         for pname, p in module.named_parameters():
             if "norm" in pname:
@@ -78,8 +83,12 @@ def make_module(name: str, seed: int = 0) -> torch.nn.Module:
 
 
 def example_input(name: str, seed: int = 1) -> torch.Tensor:
+    return seeded_input(MODULES[name][1], seed)
+
+
+def seeded_input(shape, seed: int = 1) -> torch.Tensor:
     torch.manual_seed(seed)
-    return torch.randn(MODULES[name][1])
+    return torch.randn(shape)
 
 
 def build(name: str) -> tuple[onnx.ModelProto, dict]:
