@@ -15,13 +15,16 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass, RemoveUnusedOpsetsPass,
 from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
 
 from ascend_grad import DOMAIN
-from ascend_grad.graph_passes import _context, group_norm_swish_grad, mish_backward, silu_backward
+from ascend_grad.graph_passes import _context, group_norm_swish, group_norm_swish_grad, mish_backward, silu_backward
 from ascend_grad.graph_passes._graph import remove_dead_nodes
 from ascend_grad.ops import attach_functions
 
-# in this order: GroupNorm first, or the SiLU rules would take its swish part
-MODULES = (group_norm_swish_grad, mish_backward, silu_backward)
-OPS = tuple(m.OP_TYPE for m in MODULES)
+# in this order: the GroupNorm backward first, or the SiLU rules would take its swish part; the
+# forward last, once no backward reads z any more; the swish after a GroupNorm before the GroupNorm
+# alone, which would take z from under it
+RULE_SETS = (group_norm_swish_grad.rules, mish_backward.rules, silu_backward.rules, group_norm_swish.rules,
+             group_norm_swish.plain_rules)
+OPS = tuple(m.OP_TYPE for m in (group_norm_swish_grad, mish_backward, silu_backward, group_norm_swish))
 
 
 @dataclass
@@ -99,8 +102,8 @@ class FusionPass(ir.passes.InPlacePass):
             present = {n.op_type for n in model.graph.all_nodes()}
             present |= {n.op_type for f in model.functions.values() for n in f}
             ran = False
-            for module in MODULES:
-                rules = module.rules(present)  # only the rules whose ops the graph holds
+            for rule_set in RULE_SETS:
+                rules = rule_set(present)  # only the rules whose ops the graph holds
                 if rules:
                     RewriteRuleSet(rules).apply_to_model(model)
                     remove_dead_nodes(model.graph)  # the replaced subgraph: the next rules must not see it

@@ -63,16 +63,28 @@ def _strip(value: ir.Value) -> ir.Value:
         node = producer(value)
         if node is None:
             return value
-        if node.op_type in ("Mul", "Div") and scalar(node.inputs[1]) == 1.0:
+        if node.op_type in ("Mul", "Div") and _is_one(node.inputs[1]):
             value = node.inputs[0]
             continue
-        if node.op_type == "Mul" and scalar(node.inputs[0]) == 1.0:
+        if node.op_type == "Mul" and _is_one(node.inputs[0]):
             value = node.inputs[1]
             continue
         inner = _transparent_input(node) if node.op_type in _TRANSPARENT else None
         if inner is None:
             return value
         value = inner
+
+
+def _is_one(value: ir.Value) -> bool:
+    """A one-element constant 1: a factor that changes neither values nor shape (a tensor of ones,
+    a GroupNorm's fresh gamma say, may broadcast and is a parameter, not noise)."""
+    if scalar(value) != 1.0:
+        return False
+    while constant_array(value) is None and (node := producer(value)) is not None and node.op_type in ("Cast", "CastLike", "Identity"):
+        value = node.inputs[0]  # (the constant's own shape: a CastLike's output may not have one yet)
+    array = constant_array(value)
+    shape = list(array.shape) if array is not None else dims(value)
+    return shape is not None and all(isinstance(d, int) for d in shape) and int(np.prod(shape, dtype=np.int64)) == 1
 
 
 # A constant the proofs read (a "ones" tensor, a shape) is small or activation-sized; a bigger one
@@ -181,7 +193,7 @@ def same_shape(a: ir.Value, b: ir.Value) -> bool:
 
 def const_ints(value: ir.Value | None) -> list[int] | None:
     """An int64 shape or axes computation folded to a list: constants, and Concat, Reshape,
-    Unsqueeze, Squeeze, Cast, Range and Shape (of a statically shaped value) over them. Exporters
+    Unsqueeze, Squeeze, Cast, Add, Sub, Mul, Range and Shape (of a statically shaped value) over them. Exporters
     that do not fold constants spell every Reshape target this way."""
     if value is None:
         return None
@@ -197,6 +209,13 @@ def const_ints(value: ir.Value | None) -> list[int] | None:
         return None if any(p is None for p in parts) else [d for p in parts for d in p]
     if op in ("Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity"):
         return const_ints(node.inputs[0])
+    if op in ("Add", "Sub", "Mul") and len(node.inputs) == 2:  # rank arithmetic (dynamo's unfolded axes)
+        a, b = (const_ints(v) for v in node.inputs)
+        if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+            return None
+        f = {"Add": lambda x, y: x + y, "Sub": lambda x, y: x - y, "Mul": lambda x, y: x * y}[op]
+        n = max(len(a), len(b))
+        return [f(a[k % len(a)], b[k % len(b)]) for k in range(n)]
     if op == "Range":
         start, limit, delta = (const_ints(v) for v in node.inputs)
         if start and limit and delta and delta[0] != 0:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from ascend_grad.graph_passes._graph import axes_of, dims, producer, scalar, shape_tensor_dims, strip
+from ascend_grad.graph_passes._graph import axes_of, constant_array, dims, producer, scalar, shape_tensor_dims, strip
 
 
 class Refuse(Exception):
@@ -28,11 +28,20 @@ class Refuse(Exception):
 
 @dataclass
 class GroupNormForward:
+    """z = GroupNorm(x; gamma, beta, num_groups, eps). gamma and beta are what the graph reads: the
+    1-D parameter itself where the spelling reads it through views (Unsqueeze, Reshape), else a
+    constant holding its values in another shape (an exporter's folded copy); `per_group`: one
+    value per group (GroupNormalization before opset 21)."""
+
     x: ir.Value
     gamma: ir.Value
     beta: ir.Value
     num_groups: int
     eps: float
+    z: ir.Value | None = None
+    spelling: str = ""
+    per_group: bool = False
+    grouped: ir.Value | None = None  # Reshape(x, (N, G, -1)) in the spellings that regroup x
 
 
 def expect(node: ir.Node | None, what: str) -> ir.Node:
@@ -99,30 +108,188 @@ def reduced(value: ir.Value, op_type: str, axes: list[int], keepdims: int, rank:
     return strip(node.inputs[0])
 
 
+class NotFound(Refuse):
+    """No GroupNorm computes this value at all (as opposed to one that cannot be proven)."""
+
+
+_VIEWS = ("Reshape", "Unsqueeze", "Squeeze", "Flatten")
+
+
+def view_base(value: ir.Value) -> ir.Value:
+    """`value` under float Casts, Identity and the views that keep its elements in order."""
+    value = strip(value)
+    while (node := producer(value)) is not None and node.op_type in _VIEWS:
+        value = strip(node.inputs[0])
+    return value
+
+
+def same_parameter(a: ir.Value, b: ir.Value) -> bool:
+    """a and b hold the same values in the same order: views of one tensor, or constants equal by
+    value (an exporter's folded copy of a parameter beside the parameter)."""
+    a, b = view_base(a), view_base(b)
+    if a is b:
+        return True
+    x, y = constant_array(a), constant_array(b)
+    return x is not None and y is not None and x.size == y.size and bool(np.array_equal(x.reshape(-1), y.reshape(-1)))
+
+
+def per_channel(value: ir.Value, rank: int, C: int | None, what: str) -> ir.Value:
+    """The parameter that `value`, broadcast over (N, C, *spatial), gives each channel: `value` is
+    (C, 1, ..., 1) with or without leading 1s. Returns the 1-D tensor under its views when there
+    is one (the parameter itself), else `value` (a constant in that shape)."""
+    try:  # the parameter under trailing Unsqueezes, as torch writes it
+        base = unsqueezed(value, rank - 2)
+        if len(dims(base) or []) == 1 and C is not None and dims(base)[0] == C:
+            return base
+    except Refuse:
+        pass
+    shape = dims(strip(value))
+    if shape is None or len(shape) > rank or not all(isinstance(d, int) for d in shape):
+        raise Refuse(f"{what} has no static shape")
+    padded = [1] * (rank - len(shape)) + shape
+    if padded[0] != 1 or any(d != 1 for d in padded[2:]) or C is None or padded[1] != C:
+        raise Refuse(f"{what} of shape {shape} is not one value per channel of x (C = {C})")
+    base = strip(value)
+    while len(dims(base) or []) != 1 and (node := producer(base)) is not None and node.op_type in _VIEWS:
+        base = strip(node.inputs[0])
+    return base if len(dims(base) or []) == 1 else strip(value)
+
+
+def as_channels(op, value: ir.Value, forward: GroupNormForward, dtype: ir.DataType | None) -> ir.Value:
+    """`value` (forward.gamma or .beta) as the 1-D (C,) tensor of `dtype` a fused node reads: the
+    parameter itself when it is one, else its values as a new initializer (a folded copy in
+    another shape, one value per group repeated per channel), else (not a constant) nodes that
+    reshape it."""
+    per_group = forward.per_group
+    if per_group or len(dims(value) or []) != 1:
+        G, C = forward.num_groups, dims(forward.x)[1]
+        array = constant_array(value)
+        if array is not None:
+            array = np.repeat(array.reshape(-1), C // G) if per_group else array.reshape(-1)
+            value = _initializer(forward.x.graph, f"{value.name}_per_channel", array)
+        elif per_group:
+            grouped = op.Reshape(value, op.Constant(value_ints=[G, 1]))
+            value = op.Reshape(op.Expand(grouped, op.Constant(value_ints=[G, C // G])), op.Constant(value_ints=[C]))
+        else:
+            value = op.Reshape(value, op.Constant(value_ints=[-1]))
+    if dtype is not None and value.dtype is not None and value.dtype != dtype:
+        value = op.Cast(value, to=dtype)
+    return value
+
+
+def _initializer(graph: ir.Graph | None, name: str, array: np.ndarray) -> ir.Value:
+    taken = graph.initializers if graph is not None else {}
+    unique, k = name, 1
+    while unique in taken:
+        unique, k = f"{name}_{k}", k + 1
+    value = ir.Value(name=unique, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                     const_value=ir.tensor(array))
+    if graph is not None:
+        graph.register_initializer(value)
+    return value
+
+
 def recognise(z: ir.Value) -> GroupNormForward:
-    """z = InstanceNormalization(Reshape(x, (N, G, -1)), 1, 0) reshaped back, * gamma + beta."""
-    if strip(z).producer() is None:
-        raise Refuse("z is an input of this graph (a saved activation): no forward GroupNorm here to prove it")
-    add = expect(producer(strip(z), "Add"), "z is not GroupNorm's output (no Add of beta)")
-    for scaled, shifted in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+    """The GroupNorm computing z, in any spelling below, or Refuse (NotFound: none at all):
+
+    - GroupNormalization (opset 18: gamma and beta per group; 21: per channel);
+    - normalised groups * gamma + beta, the groups Reshape(x, (N, G, -1)) normalised by
+      InstanceNormalization or LayerNormalization (unit scale, zero bias), or by their statistics
+      ((g - mean) * rstd, (g - mean) / sqrt(var + eps)), reshaped back to x's shape; gamma and
+      beta broadcast per channel, as views of the parameters or as folded constants.
+    """
+    value = strip(z)
+    node = producer(value)
+    if value.producer() is None:
+        raise NotFound("z is an input of this graph (a saved activation): no forward GroupNorm here to prove it")
+    if node is not None and node.op_type == "GroupNormalization":
+        return _group_normalization(node, value)
+    if node is not None and node.op_type == "Reshape" and _normalized_groups(strip(node.inputs[0])) is not None:
+        raise Refuse("the GroupNorm has no affine gamma and beta (affine off)")
+    if node is None or node.op_type != "Add":
+        raise NotFound("z is not GroupNorm's output (no Add of beta)")
+    for scaled, shifted in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
         mul = producer(strip(scaled), "Mul")
-        beta_unsqueeze = producer(strip(shifted), "Unsqueeze")
-        if mul is None or beta_unsqueeze is None:
-            continue
-        for normalized, weight in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
-            gamma_unsqueeze = producer(strip(weight), "Unsqueeze")
+        for normalized, weight in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])) if mul else ():
             back = producer(strip(normalized), "Reshape")
-            norm = producer(strip(back.inputs[0]), "InstanceNormalization") if back is not None else None
-            if gamma_unsqueeze is None or norm is None:
+            found = _normalized_groups(strip(back.inputs[0])) if back is not None else None
+            if found is None:
                 continue
-            if scalar(norm.inputs[1]) != 1.0 or scalar(norm.inputs[2]) != 0.0:
-                raise Refuse("the InstanceNormalization has its own scale or bias")
-            x, grouped = reshape_of(norm.inputs[0], 3)
-            if not isinstance(grouped[1], int) or grouped[2] is not None and dims(x) is None:
+            grouped, eps, spelling = found
+            x, groups_shape = reshape_of(grouped, 3)
+            G, x_dims, back_dims = groups_shape[1], dims(x), reshape_dims(back)
+            if not isinstance(G, int) or G <= 0:
                 raise Refuse("the group count of the forward reshape is not constant")
-            eps = norm.attributes.get_float("epsilon", 1e-5)
-            return GroupNormForward(x, strip(gamma_unsqueeze.inputs[0]), strip(beta_unsqueeze.inputs[0]), int(grouped[1]), eps)
-    raise Refuse("z is not GroupNorm's output (InstanceNormalization * gamma + beta)")
+            if x_dims is None or len(x_dims) < 2 or back_dims is None or len(back_dims) != len(x_dims) or any(
+                    a is not None and b is not None and a != b for a, b in zip(back_dims, x_dims)):
+                raise Refuse("the normalised groups are not reshaped back to x's shape")
+            C = x_dims[1] if isinstance(x_dims[1], int) else None
+            if C is not None and C % G:
+                raise Refuse(f"num_groups {G} does not divide C = {C}")
+            gamma = per_channel(weight, len(x_dims), C, "gamma")
+            beta = per_channel(shifted, len(x_dims), C, "beta")
+            return GroupNormForward(x, gamma, beta, G, eps, z=value, spelling=spelling, grouped=grouped)
+    raise NotFound("z is not GroupNorm's output (normalised groups * gamma + beta)")
+
+
+def _group_normalization(node: ir.Node, z: ir.Value) -> GroupNormForward:
+    version = node.version or (node.graph.opset_imports.get("", 0) if node.graph is not None else 0)
+    G = node.attributes.get_int("num_groups", 0)
+    x, scale, bias = strip(node.inputs[0]), strip(node.inputs[1]), strip(node.inputs[2])
+    x_dims = dims(x)
+    C = x_dims[1] if x_dims is not None and len(x_dims) >= 2 and isinstance(x_dims[1], int) else None
+    if node.attributes.get_int("stash_type", 1) != 1:
+        raise Refuse(f"GroupNormalization computes in type {node.attributes.get_int('stash_type', 1)}, not float")
+    if C is None or G <= 0 or C % G:
+        raise Refuse(f"GroupNormalization's C ({C}) is unknown or not a multiple of num_groups {G}")
+    per_group = version < 21  # opset 18 scales each group, 21 each channel
+    expected = G if per_group else C
+    for name, value in (("scale", scale), ("bias", bias)):
+        if dims(value) != [expected]:
+            raise Refuse(f"GroupNormalization-{version}'s {name} has shape {dims(value)}, not ({expected},)")
+    eps = node.attributes.get_float("epsilon", 1e-5)
+    return GroupNormForward(x, scale, bias, G, eps, z=z, spelling=f"GroupNormalization-{version}",
+                            per_group=per_group and G != C)
+
+
+def _normalized_groups(core: ir.Value) -> tuple[ir.Value, float, str] | None:
+    """(groups, eps, spelling) if `core` normalises each row of the rank-3 `groups` to zero mean
+    and unit variance (biased, + eps); None if it is no normalisation; Refuse if it is one that
+    differs (a scale or a bias of its own)."""
+    node = producer(core)
+    if node is None:
+        return None
+    if node.op_type in ("InstanceNormalization", "LayerNormalization"):
+        groups = strip(node.inputs[0])
+        if node.op_type == "LayerNormalization":
+            if core is not node.outputs[0] or len(dims(groups) or []) != 3 or node.attributes.get_int("axis", -1) not in (2, -1):
+                return None
+            bias = node.inputs[2] if len(node.inputs) > 2 else None
+        else:
+            bias = node.inputs[2]
+        if scalar(node.inputs[1]) != 1.0 or (bias is not None and scalar(bias) != 0.0):
+            raise Refuse(f"the {node.op_type} has its own scale or bias")
+        return groups, node.attributes.get_float("epsilon", 1e-5), node.op_type
+    # the decomposition: (g - mean) * rstd, or (g - mean) / sqrt(var + eps)
+    pairs = {"Mul": ((0, 1), (1, 0)), "Div": ((0, 1),)}.get(node.op_type, ())
+    for i, j in pairs:
+        centred = producer(strip(node.inputs[i]), "Sub")
+        if centred is None:
+            continue
+        groups = strip(centred.inputs[0])
+        try:
+            if node.op_type == "Mul":
+                mean_groups, eps_value = statistics(centred.inputs[1], node.inputs[j])
+            else:
+                root = expect(producer(strip(node.inputs[j]), "Sqrt"), "the deviations are not divided by sqrt(var + eps)")
+                mean_groups = group_mean(centred.inputs[1])
+                var, eps_value = _plus_eps(root.inputs[0])
+                _check_variance(var, mean_groups)
+        except Refuse:
+            continue
+        if same_groups(mean_groups, groups) and len(dims(groups) or []) == 3:
+            return groups, float(scalar(eps_value)), "statistics"
+    return None
 
 
 def _rounded(number: float, like: ir.Value) -> float:
@@ -131,31 +298,64 @@ def _rounded(number: float, like: ir.Value) -> float:
     return float(np.array(number, dtype=np.float32).astype(dtype))
 
 
-def _grouped_x(value: ir.Value, forward: GroupNormForward) -> ir.Value:
-    """value is Reshape(x, (N, G, -1))."""
-    base, shape = reshape_of(value, 3)
-    if base is not forward.x or shape[1] != forward.num_groups:
-        raise Refuse("a statistic is not taken over x grouped by num_groups")
-    return base
+def group_mean(value: ir.Value) -> ir.Value:
+    """g, if `value` is the mean of each row of the rank-3 g (N, G, M) (kept dims or not, or a view
+    of it): ReduceMean, or ReduceSum divided by M."""
+    value = strip(value)
+    while (node := producer(value)) is not None and node.op_type in ("Squeeze", "Unsqueeze", "Reshape"):
+        value = strip(node.inputs[0])
+    if node is not None and node.op_type == "ReduceMean" and axes_of(node, 3) == [2]:
+        return strip(node.inputs[0])
+    if node is not None and node.op_type in ("Div", "Mul"):
+        total = producer(strip(node.inputs[0]), "ReduceSum")
+        factor = scalar(node.inputs[1])
+        if total is not None and axes_of(total, 3) == [2] and factor:
+            groups = strip(total.inputs[0])
+            M = _row_length(groups)
+            if M is not None and _close(factor if node.op_type == "Div" else 1.0 / factor, M):
+                return groups
+    raise Refuse("a statistic is not the mean over each group")
 
 
-def check_statistics(mean: ir.Value, rstd: ir.Value, forward: GroupNormForward) -> None:
-    """mean = mean over each group of x; rstd = 1 / sqrt(var + eps) with the forward's eps."""
-    _grouped_x(reduced(mean, "ReduceMean", [2], 0, 3), forward)
-    node = producer(strip(rstd))
-    if node is not None and node.op_type == "Div" and scalar(node.inputs[0]) == 1.0:
-        root = node.inputs[1]
-    elif node is not None and node.op_type == "Reciprocal":
-        root = node.inputs[0]
-    else:
-        raise Refuse("rstd is not 1 / sqrt(var + eps)")
-    add = expect(producer(strip(expect(producer(strip(root), "Sqrt"), "rstd has no Sqrt").inputs[0]), "Add"), "no eps")
+def same_groups(a: ir.Value, b: ir.Value) -> bool:
+    """a and b are one regrouping of x: the same value, or Reshapes of x to the same shape (an
+    exporter that does not merge common subexpressions regroups x once per use)."""
+    if a is b:
+        return True
+    ra, rb = producer(a, "Reshape"), producer(b, "Reshape")
+    return (ra is not None and rb is not None and strip(ra.inputs[0]) is strip(rb.inputs[0])
+            and reshape_dims(ra) == reshape_dims(rb) and None not in (reshape_dims(ra) or [None])[1:])
+
+
+def _row_length(groups: ir.Value) -> int | None:
+    """M of a (N, G, M) regrouping of x, from its shape or from x's."""
+    shape = dims(groups)
+    if shape is not None and len(shape) == 3 and isinstance(shape[2], int):
+        return shape[2]
+    node = producer(groups, "Reshape")
+    x_dims = dims(node.inputs[0]) if node is not None else None
+    target = reshape_dims(node) if node is not None else None
+    if x_dims and target and len(target) == 3 and isinstance(target[1], int) and all(isinstance(d, int) for d in x_dims[1:]):
+        return int(np.prod(x_dims[1:])) // target[1]
+    return None
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * abs(b)
+
+
+def _plus_eps(value: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(var, eps) from var + eps."""
+    add = expect(producer(strip(value), "Add"), "no eps is added to the variance")
     for var, eps in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-        if scalar(eps) is not None and scalar(eps) == _rounded(forward.eps, eps):
-            break
-    else:
-        raise Refuse(f"rstd's eps is not the forward's ({forward.eps})")
-    squares = producer(reduced(var, "ReduceMean", [2], 0, 3))
+        if scalar(eps) is not None:
+            return var, eps
+    raise Refuse("no constant eps is added to the variance")
+
+
+def _check_variance(var: ir.Value, groups: ir.Value) -> None:
+    """var = the mean over each group of (g - mean(g))^2."""
+    squares = producer(group_mean(var))
     if squares is not None and squares.op_type == "Mul" and strip(squares.inputs[0]) is strip(squares.inputs[1]):
         deviation = squares.inputs[0]
     elif squares is not None and squares.op_type == "Pow" and scalar(squares.inputs[1]) == 2.0:
@@ -163,6 +363,44 @@ def check_statistics(mean: ir.Value, rstd: ir.Value, forward: GroupNormForward) 
     else:
         raise Refuse("the variance is not the mean of squared deviations")
     centred = expect(producer(strip(deviation), "Sub"), "the deviations are not x - mean")
-    grouped = _grouped_x(centred.inputs[0], forward)
-    if _grouped_x(reduced(centred.inputs[1], "ReduceMean", [2], 1, 3), forward) is not grouped:
+    if not (same_groups(strip(centred.inputs[0]), groups) and same_groups(group_mean(centred.inputs[1]), groups)):
         raise Refuse("the deviations are not taken from the group mean")
+
+
+def statistics(mean: ir.Value, rstd: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(g, eps) if mean and rstd are the mean and 1 / sqrt(var + eps) of each row of g (N, G, M):
+    rstd as Reciprocal(Sqrt), 1 / Sqrt or Pow(., -0.5); eps the constant (its value as the graph
+    holds it)."""
+    groups = group_mean(mean)
+    node = producer(strip(rstd))
+    while node is not None and node.op_type in ("Squeeze", "Unsqueeze", "Reshape"):
+        node = producer(strip(node.inputs[0]))
+    if node is not None and node.op_type == "Div" and scalar(node.inputs[0]) == 1.0:
+        root = expect(producer(strip(node.inputs[1]), "Sqrt"), "rstd has no Sqrt").inputs[0]
+    elif node is not None and node.op_type == "Reciprocal":
+        root = expect(producer(strip(node.inputs[0]), "Sqrt"), "rstd has no Sqrt").inputs[0]
+    elif node is not None and node.op_type == "Pow" and scalar(node.inputs[1]) == -0.5:
+        root = node.inputs[0]
+    else:
+        raise Refuse("rstd is not 1 / sqrt(var + eps)")
+    var, eps = _plus_eps(root)
+    _check_variance(var, groups)
+    return groups, eps
+
+
+def check_statistics(mean: ir.Value, rstd: ir.Value, forward: GroupNormForward) -> None:
+    """mean = mean over each group of x; rstd = 1 / sqrt(var + eps) with the forward's eps: a
+    statistics chain, or the mean and inv_std_var outputs of the forward's LayerNormalization."""
+    norm = strip(mean).producer()
+    if norm is not None and norm.op_type == "LayerNormalization" and forward.spelling == "LayerNormalization":
+        if (strip(mean) is norm.outputs[1] and len(norm.outputs) > 2 and strip(rstd) is norm.outputs[2]
+                and same_groups(strip(norm.inputs[0]), forward.grouped)
+                and norm.attributes.get_float("epsilon", 1e-5) == forward.eps):
+            return
+        raise Refuse("mean and rstd are not the GroupNorm's LayerNormalization statistics")
+    groups, eps = statistics(mean, rstd)
+    x, shape = reshape_of(groups, 3)
+    if x is not forward.x or shape[1] != forward.num_groups:
+        raise Refuse("a statistic is not taken over x grouped by num_groups")
+    if scalar(eps) != _rounded(forward.eps, eps):
+        raise Refuse(f"rstd's eps is not the forward's ({forward.eps})")

@@ -26,11 +26,12 @@ import numpy as np
 import onnx_ir as ir
 
 from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig
-from ascend_grad.graph_passes._graph import axes_of, dims, producer, strip, users, users_through_casts
+from ascend_grad.graph_passes._graph import axes_of, dims, producer, scalar, strip, users, users_through_casts
 from ascend_grad.graph_passes._group_norm_forward import (
-    GroupNormForward, Refuse, check_statistics, recognise, reduced, reshape_dims, reshape_of, unsqueezed,
+    GroupNormForward, Refuse, check_statistics, expect, per_channel, recognise, reduced, reshape_dims, reshape_of, same_groups,
+    same_parameter, unsqueezed,
 )
-from ascend_grad.graph_passes._swish import Activation
+from ascend_grad.graph_passes._swish import Activation, match_swish_backward, quick_gelu_grad
 
 
 @dataclass
@@ -46,6 +47,7 @@ class GroupNormBackward:
     dx: ir.Value
     dgamma: ir.Value | None  # None: the graph does not compute it
     dbeta: ir.Value | None
+    forward: GroupNormForward
 
 
 def _close(a: float, b: float, tolerance: float = 1e-6) -> bool:
@@ -111,7 +113,7 @@ def prove(g: ir.Value, swish: Activation) -> GroupNormBackward:
     dgamma = _dgamma(ds, db, mean, rstd, G, cpg)
     dbeta = next((u.outputs[0] for u in users(db) if u.op_type == "ReduceSum" and axes_of(u, 2) == [0]
                   and u.attributes.get_int("keepdims", 1) == 0), None)
-    return GroupNormBackward(swish.dy, mean, rstd, x, forward.gamma, forward.beta, G, swish.scale, dx, dgamma, dbeta)
+    return GroupNormBackward(swish.dy, mean, rstd, x, forward.gamma, forward.beta, G, swish.scale, dx, dgamma, dbeta, forward)
 
 
 def _channel_sum(reshape: ir.Node, what: str) -> ir.Value | None:
@@ -207,18 +209,18 @@ def _coefficients(c2: ir.Value, c3: ir.Value, s: float) -> tuple[ir.Value, ir.Va
 
 
 def _check_c1(c1: ir.Value, rstd: ir.Value, forward: GroupNormForward, G: int, cpg: int) -> None:
-    """c1 = Unsqueeze(rstd, -1) * Reshape(gamma, (1, G, C/G))."""
+    """c1 = Unsqueeze(rstd, -1) * gamma grouped (1, G, C/G) (a Reshape of gamma or a folded copy)."""
     algebra, poly = _poly(c1)
     if len(poly) != 1 or list(poly.values()) != [1.0] or len(next(iter(poly))) != 2:
         raise Refuse("c1 is not rstd * gamma")
     first, second = (algebra.atoms[i][1] for i, _ in next(iter(poly)))
-    for per_group, reshaped in ((first, second), (second, first)):
-        node = producer(strip(reshaped), "Reshape")
-        if node is not None and producer(strip(per_group), "Unsqueeze") is not None:
+    for per_group, grouped in ((first, second), (second, first)):
+        if producer(strip(per_group), "Unsqueeze") is not None:
             if unsqueezed(per_group, 1) is not rstd:
                 raise Refuse("c1 does not use rstd")
-            gamma, shape = reshape_of(reshaped, 3)
-            if gamma is not forward.gamma or shape[1:] != [G, cpg]:
+            reshape = producer(strip(grouped), "Reshape")
+            shape = dims(strip(grouped)) or (reshape_dims(reshape) if reshape is not None else None) or [None]
+            if shape[-2:] != [G, cpg] or not same_parameter(grouped, forward.gamma):
                 raise Refuse("c1 does not use gamma grouped by num_groups")
             return
     raise Refuse("c1 is not rstd * gamma")
@@ -234,13 +236,8 @@ def _check_group_sum(value: ir.Value, per_channel: ir.Value, forward: GroupNormF
     if len(poly) != 1 or list(poly.values()) != [1.0]:
         raise Refuse("a per-group sum is not of ds * gamma or db * gamma")
     others = [algebra.atoms[i][1] for i, _ in next(iter(poly)) if i != target]
-    if len(others) != 1 or _unsqueezed_front(others[0]) is not forward.gamma:
+    if len(others) != 1 or (dims(strip(others[0])) or [None])[-1:] != [G * cpg] or not same_parameter(others[0], forward.gamma):
         raise Refuse("a per-group sum is not weighted by gamma")
-
-
-def _unsqueezed_front(value: ir.Value) -> ir.Value | None:
-    node = producer(strip(value), "Unsqueeze")
-    return strip(node.inputs[0]) if node is not None and axes_of(node) == [0] else None
 
 
 def _dgamma(ds, db, mean, rstd, G, cpg) -> ir.Value | None:
@@ -290,3 +287,84 @@ def _safe_unsqueezed(value: ir.Value) -> ir.Value | None:
         return unsqueezed(value, 1)
     except Refuse:
         return None
+
+
+def prove_layer_norm_grad(grad: ir.Node) -> tuple[GroupNormBackward, Activation]:
+    """The GroupNorm + swish backward around com.microsoft.LayerNormalizationGrad, as
+    onnxruntime-training builds it from the forward LayerNormalization(Reshape(x, (N, G, -1)),
+    ones, zeros, axis=2) (how models/ort_training respells torch's InstanceNormalization):
+
+        g = dy * swish'(z)                 (QuickGeluGrad, or written out)
+        dxr, _, _ = LayerNormalizationGrad(Reshape(g * gamma', (N, G, -1)), xr, ones, mean, inv_std_var)
+        dx = Reshape(dxr, x's shape),  dgamma = sum_{n, hw}(g * xhat),  dbeta = sum_{n, hw}(g)
+
+    LayerNormalizationGrad with unit scale is the normalisation's backward over each row: with
+    h = g * gamma per channel it gives rstd * (h - mean(h) - xhat * mean(h * xhat)), GroupNorm's dx.
+    mean and inv_std_var are the forward LayerNormalization's own outputs (N, G, 1)."""
+    axis = grad.attributes.get_int("axis", -1)
+    dy_grouped, xr, scale, mean, rstd = (grad.inputs[k] if k < len(grad.inputs) else None for k in range(5))
+    if None in (dy_grouped, xr, scale, mean, rstd) or len(dims(xr) or []) != 3 or axis not in (2, -1):
+        raise Refuse("LayerNormalizationGrad does not normalise rows of a (N, G, M) tensor")
+    if scalar(scale) != 1.0:
+        raise Refuse("LayerNormalizationGrad has a scale of its own")
+    norm = producer(strip(mean), "LayerNormalization")
+    if norm is None or mean.producer() is not norm or rstd.producer() is not norm or mean.index() != 1 or rstd.index() != 2:
+        raise Refuse("mean and inv_std_var are not the forward LayerNormalization's")
+    if strip(norm.inputs[0]) is not strip(xr) or norm.attributes.get_float("epsilon", 1e-5) != grad.attributes.get_float("epsilon", 1e-5):
+        raise Refuse("the forward LayerNormalization normalises another tensor or with another eps")
+    weighted, _ = reshape_of(dy_grouped, 3)
+    product = expect(producer(weighted, "Mul"), "the rows' gradient is not g * gamma")
+    for g, weight in ((product.inputs[0], product.inputs[1]), (product.inputs[1], product.inputs[0])):
+        g = strip(g)
+        swish = quick_gelu_grad(g) or match_swish_backward(g)
+        if not isinstance(swish, Activation):
+            continue
+        forward = recognise(swish.x)
+        if forward.spelling != "LayerNormalization" or not same_groups(forward.grouped, strip(xr)):
+            raise Refuse("the swish's input is not this LayerNormalization's GroupNorm")
+        x_dims = dims(forward.x)
+        C = x_dims[1] if isinstance(x_dims[1], int) else None
+        if not same_parameter(per_channel(weight, len(x_dims), C, "gamma"), forward.gamma):
+            raise Refuse("the rows' gradient is not g * gamma")
+        dx_users = [u for u in users(grad.outputs[0]) if u.op_type == "Reshape"]
+        if len(dx_users) != 1 or len(users(grad.outputs[0])) != 1 or grad.outputs[0].is_graph_output():
+            raise Refuse("dx is not reshaped back to x's shape")
+        dx = dx_users[0].outputs[0]
+        shape = reshape_dims(dx_users[0])
+        if shape is None or len(shape) != len(x_dims) or any(a is not None and b is not None and a != b for a, b in zip(shape, x_dims)):
+            raise Refuse("dx is not reshaped back to x's shape")
+        dgamma = _channel_total(g, forward, normalized=True)
+        dbeta = _channel_total(g, forward, normalized=False)
+        return GroupNormBackward(swish.dy, mean, rstd, forward.x, forward.gamma, forward.beta, forward.num_groups,
+                                 swish.scale, dx, dgamma, dbeta, forward), swish
+    raise Refuse("no swish gradient feeds the rows' gradient")
+
+
+def _channel_total(g: ir.Value, forward: GroupNormForward, normalized: bool) -> ir.Value | None:
+    """sum over N and the spatial axes of g * xhat (normalized) or of g, as onnxruntime writes it:
+    ReduceSum over every axis but 1 (kept or not), then views down to the (C,) gradient."""
+    rank = len(dims(forward.x))
+    candidates = []
+    for node in users_through_casts(g):
+        if normalized and node.op_type == "Mul":
+            others = [strip(v) for v in node.inputs if strip(v) is not g]
+            if len(others) == 1 and _is_normalized(others[0], forward):
+                candidates.append(node.outputs[0])
+        elif not normalized:
+            candidates.append(g)
+    for value in candidates:
+        for total in users(value):
+            if total.op_type == "ReduceSum" and axes_of(total, rank) == [a for a in range(rank) if a != 1]:
+                out = total.outputs[0]
+                while len(users(out)) == 1 and users(out)[0].op_type in ("Reshape", "Squeeze", "Identity") and not out.is_graph_output():
+                    out = users(out)[0].outputs[0]
+                if dims(out) == [dims(forward.x)[1]]:
+                    return out
+    return None
+
+
+def _is_normalized(value: ir.Value, forward: GroupNormForward) -> bool:
+    """value is xhat: the normalised groups reshaped back to x's shape."""
+    back = producer(value, "Reshape")
+    norm = producer(strip(back.inputs[0]), "LayerNormalization") if back is not None else None
+    return norm is not None and same_groups(strip(norm.inputs[0]), forward.grouped)

@@ -59,6 +59,22 @@ def arguments_near(root: ir.Value, find, depth: int = 8) -> list[ir.Value]:
     return found
 
 
+def quick_gelu_grad(value: ir.Value) -> Activation | None:
+    """com.microsoft.QuickGeluGrad(dy, z){alpha}, onnxruntime-training's swish backward: b = alpha."""
+    node = value.producer()
+    if node is None or node.domain != "com.microsoft" or node.op_type != "QuickGeluGrad":
+        return None
+    return Activation(node.inputs[0], strip(node.inputs[1]), node.attributes.get_float("alpha", 1.702))
+
+
+def quick_gelu(value: ir.Value) -> tuple[ir.Value, float] | None:
+    """(z, b) if value = com.microsoft.QuickGelu(z){alpha = b} = z * sigmoid(b z)."""
+    node = value.producer()
+    if node is None or node.domain != "com.microsoft" or node.op_type != "QuickGelu":
+        return None
+    return strip(node.inputs[0]), node.attributes.get_float("alpha", 1.702)
+
+
 def linear_in(argument: ir.Value) -> tuple[ir.Value, float]:
     """(z, b) with argument = b * z: b from a Mul (or Div) by a constant, else z = argument, b = 1."""
     node = producer(argument)

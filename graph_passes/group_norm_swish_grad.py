@@ -14,7 +14,8 @@ from onnxscript.rewriter._basics import MatchResult
 
 from ascend_grad.graph_passes._algebra import Algebra, TooBig
 from ascend_grad.graph_passes._graph import is_live, producer, strip
-from ascend_grad.graph_passes._group_norm_proof import Refuse, prove
+from ascend_grad.graph_passes._group_norm_forward import as_channels
+from ascend_grad.graph_passes._group_norm_proof import Refuse, prove, prove_layer_norm_grad
 from ascend_grad.graph_passes._rule import FusionRule, cast_to, dtype_refusal, node_for, replace_value
 from ascend_grad.graph_passes._swish import SIGMOID_OPS, Activation, match_swish_backward
 
@@ -72,7 +73,7 @@ class GroupNormSwishGradRule(FusionRule):
         T = root.dtype or p.x.dtype
         U = next((v.dtype for v in (p.dgamma, p.dbeta) if v is not None and v.dtype is not None), p.gamma.dtype)
         inputs = [cast_to(op, p.dy, T), cast_to(op, p.mean, U), cast_to(op, p.rstd, U), cast_to(op, p.x, T),
-                  cast_to(op, p.gamma, U), cast_to(op, p.beta, U)]
+                  as_channels(op, p.gamma, p.forward, U), as_channels(op, p.beta, p.forward, U)]
         dx, dgamma, dbeta = node_for(
             op, OP_TYPE, inputs, outputs=3, num_groups=p.num_groups, swish_scale=float(p.swish_scale),
             dgamma_is_require=int(p.dgamma is not None), dbeta_is_require=int(p.dbeta is not None),
@@ -85,6 +86,29 @@ class GroupNormSwishGradRule(FusionRule):
         return dx
 
 
+class LayerNormalizationGradRule(GroupNormSwishGradRule):
+    """onnxruntime-training's spelling: anchor the Reshape of com.microsoft.LayerNormalizationGrad's
+    dx back to x's shape (see _group_norm_proof.prove_layer_norm_grad)."""
+
+    def __init__(self):
+        FusionRule.__init__(self, f"{OP_TYPE} from LayerNormalizationGrad")
+
+    def check(self, context, dx_sum, shape, root: ir.Value, **_) -> MatchResult:
+        grad = strip(dx_sum).producer()
+        if not is_live(root) or grad is None or grad.domain != "com.microsoft" or grad.op_type != "LayerNormalizationGrad":
+            return MatchResult().fail("not a LayerNormalizationGrad dx")
+        try:
+            proof, swish = prove_layer_norm_grad(grad)
+        except Refuse as refusal:
+            return self.refuse(strip(grad.inputs[1]), str(refusal))
+        if proof.dx is not root:
+            return self.refuse(swish.x, "the proven dx is another value")
+        reason = dtype_refusal(dx=root, dy=proof.dy, x=proof.x, mean=proof.mean, rstd=proof.rstd, gamma=proof.gamma,
+                               beta=proof.beta)
+        return self.refuse(swish.x, reason) if reason else self.accept(swish.x, root, proof)
+
+
 def rules(present: set[str]) -> list:
     """The rules worth running on a graph holding the op types `present`."""
-    return [GroupNormSwishGradRule.rule()] if "InstanceNormalization" in present and present & SIGMOID_OPS else []
+    found = [GroupNormSwishGradRule.rule()] if "InstanceNormalization" in present and present & SIGMOID_OPS else []
+    return found + ([LayerNormalizationGradRule.rule()] if "LayerNormalizationGrad" in present else [])

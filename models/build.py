@@ -31,7 +31,7 @@ MODULES = {
     "gn_scaled_swish": (lambda: modules.GroupNormSwishBlock(beta=1.5), (2, 4, 8, 8)),
 }
 
-SILU, MISH, GN = "SiluBackward", "MishBackward", "GroupNormSwishGrad"
+SILU, MISH, GN, GNS = "SiluBackward", "MishBackward", "GroupNormSwishGrad", "GroupNormSwish"
 # graph name -> (module, route, route options, expected fused ops, note)
 GRAPH_SET = {
     "silu_mlp.aot.opt": ("silu_mlp", "aot", {}, {SILU: 1}, ""),
@@ -49,20 +49,20 @@ GRAPH_SET = {
     "swish_mlp.export.dyn": ("swish_mlp", "export", {"dynamic_batch": True}, {SILU: 1}, ""),
     "swish_mlp.ort_training": ("swish_mlp", "ort_training", {}, {SILU: 1}, ""),
     "scaled_swish_mlp.aot.opt": ("scaled_swish_mlp", "aot", {}, {}, "x * sigmoid(1.702 x) alone: no op of the set"),
-    "resblock.aot.opt": ("resblock", "aot", {}, {GN: 1}, ""),
-    "resblock.aot.noopt": ("resblock", "aot", {"optimize": False}, {GN: 1}, ""),
-    "resblock.export.opt": ("resblock", "export", {}, {GN: 1}, ""),
-    "resblock.export.dyn": ("resblock", "export", {"dynamic_batch": True}, {GN: 1}, ""),
-    "resblock.aot.fp16": ("resblock", "aot", {"half": True}, {GN: 1}, ""),
+    "resblock.aot.opt": ("resblock", "aot", {}, {GN: 1, GNS: 1}, ""),
+    "resblock.aot.noopt": ("resblock", "aot", {"optimize": False}, {GN: 1, GNS: 1}, ""),
+    "resblock.export.opt": ("resblock", "export", {}, {GN: 1, GNS: 1}, ""),
+    "resblock.export.dyn": ("resblock", "export", {"dynamic_batch": True}, {GN: 1, GNS: 1}, ""),
+    "resblock.aot.fp16": ("resblock", "aot", {"half": True}, {GN: 1, GNS: 1}, ""),
     "resblock.compile_bw": ("resblock", "compile_bw", {}, {SILU: 1},
                             "backward only: z and x are inputs and beta is absent, so GroupNorm stays"),
-    "resblock.ort_training": ("resblock", "ort_training", {"rewrite": True}, {SILU: 1},
-                              "GroupNorm respelled for onnxruntime-training (LayerNormalizationGrad): only SiLU fuses"),
-    "resblock_b8.aot.opt": ("resblock_b8", "aot", {}, {GN: 1}, "the demo's default graph"),
-    "gn_swish.aot.opt": ("gn_swish", "aot", {}, {GN: 1}, "GroupNorm then hand-written swish"),
-    "gn_swish.export.dyn": ("gn_swish", "export", {"dynamic_batch": True}, {GN: 1}, ""),
-    "gn_scaled_swish.aot.noopt": ("gn_scaled_swish", "aot", {"optimize": False}, {GN: 1}, "swish_scale 1.5"),
-    "gn_scaled_swish.export.opt": ("gn_scaled_swish", "export", {}, {GN: 1}, "swish_scale 1.5"),
+    "resblock.ort_training": ("resblock", "ort_training", {"rewrite": True}, {GN: 1, GNS: 1},
+                              "GroupNorm respelled for onnxruntime-training (LayerNormalizationGrad)"),
+    "resblock_b8.aot.opt": ("resblock_b8", "aot", {}, {GN: 1, GNS: 1}, "the demo's default graph"),
+    "gn_swish.aot.opt": ("gn_swish", "aot", {}, {GN: 1, GNS: 1}, "GroupNorm then hand-written swish"),
+    "gn_swish.export.dyn": ("gn_swish", "export", {"dynamic_batch": True}, {GN: 1, GNS: 1}, ""),
+    "gn_scaled_swish.aot.noopt": ("gn_scaled_swish", "aot", {"optimize": False}, {GN: 1, GNS: 1}, "swish_scale 1.5"),
+    "gn_scaled_swish.export.opt": ("gn_scaled_swish", "export", {}, {GN: 1, GNS: 1}, "swish_scale 1.5"),
 }
 
 

@@ -108,7 +108,7 @@ def _save_model(model, path: str) -> None:
 
 
 def cmd_fuse(args: argparse.Namespace) -> int:
-    """Fuse the decomposed backward passes of IN into ascend.grad nodes; write OUT."""
+    """Fuse the decomposed backward passes (and GroupNorm forwards) of IN into ascend.grad nodes; write OUT."""
     from ascend_grad.graph_passes import fuse_backward_ops
 
     if os.path.isdir(args.input):
@@ -366,7 +366,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """What a model holds: its size, the ascend.grad nodes in it, and the decomposed backward
-    passes the graph pass would fuse (or why not). Nothing is written."""
+    passes and GroupNorm forwards the graph pass would fuse (or why not). Nothing is written."""
     from collections import Counter
 
     from ascend_grad.graph_passes import fuse_backward_ops
@@ -382,7 +382,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"ascend.grad nodes: {held}" + (f" (function bodies attached: {', '.join(functions)})" if functions else ""))
     _, report = fuse_backward_ops(model)  # on the loaded copy: the file is not touched
     fusable = ", ".join(f"{op} x{n}" for op, n in report.counts.items() if n) or "none"
-    print(f"decomposed backward passes the graph pass fuses: {fusable}"
+    print(f"the graph pass fuses: {fusable}"
           + (f" ({report.nodes_before} -> {report.nodes_after} nodes)" if report.counts and any(report.counts.values()) else ""))
     for where, why in report.refused.items():
         print(f"recognised but left alone: {where}: {why}")
@@ -443,9 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     ops_parser = commands.add_parser("ops", help="list the op set (inputs, outputs, attributes, dtypes)")
     ops_parser.set_defaults(run=cmd_ops)
     fuse = commands.add_parser(
-        "fuse", help="fuse the decomposed SiLU, Mish and GroupNorm+swish backward passes of a training graph",
-        description="Replace every decomposed SiLU, Mish and GroupNorm+swish backward in IN that is provably the "
-        "op's math by one ascend.grad node, attach the ops' function bodies, and write OUT.",
+        "fuse", help="fuse the decomposed SiLU, Mish and GroupNorm+swish backward passes and GroupNorm(+swish) forwards",
+        description="Replace every decomposed SiLU, Mish and GroupNorm+swish backward, and every GroupNorm followed "
+        "or not by a swish, in IN that is provably the op's math by one ascend.grad node, attach the ops' function "
+        "bodies, and write OUT. Training and inference (forward-only) graphs alike.",
     )
     fuse.add_argument("input", metavar="IN.onnx", help="an ONNX file, or a folder of onnxruntime-training artifacts "
                       "(training_model.onnx, eval_model.onnx, optimizer_model.onnx, checkpoint): OUT is then a folder of "

@@ -158,3 +158,29 @@ def test_group_norm_whose_statistics_use_another_eps_stays():
     fused, report = fuse_backward_ops(_mutated_resblock(other_eps))
     assert report.counts["GroupNormSwishGrad"] == 0
     assert "eps" in report.refused["GroupNormSwishGrad at getitem"]
+
+
+@pytest.mark.parametrize("change, reason", [
+    ("eps", "another eps"),
+    ("gamma", "not g * gamma"),
+    ("scale", "scale of its own"),
+])
+def test_onnxruntime_training_group_norm_backward_that_differs_stays(change, reason):
+    """onnxruntime-training's GroupNorm backward (LayerNormalizationGrad) fuses only as the math
+    says: the forward's eps, the rows' gradient weighted by the same gamma, a unit scale."""
+    model = onnx.load(graph_path("resblock.ort_training"))
+    graph = model.graph
+    (grad,) = [n for n in graph.node if n.op_type == "LayerNormalizationGrad"]
+    if change == "eps":
+        (attribute,) = [a for a in grad.attribute if a.name == "epsilon"]
+        attribute.f = 1e-3
+    elif change == "gamma":  # the Mul feeding the rows' gradient reads another per-channel tensor
+        (mul,) = [n for n in graph.node if n.name == "/module/norm/Mul_Grad/Mul_0"]
+        graph.initializer.append(numpy_helper.from_array(np.full((64, 1, 1), 0.5, np.float32), "other_gamma"))
+        mul.input[1] = "other_gamma"
+    else:
+        graph.initializer.append(numpy_helper.from_array(np.full(128, 2.0, np.float32), "twos"))
+        grad.input[2] = "twos"
+    _, report = fuse_backward_ops(model)
+    assert report.counts["GroupNormSwishGrad"] == 0
+    assert any(reason in r for r in report.refused.values()), report.refused
