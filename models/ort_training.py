@@ -78,7 +78,7 @@ def training_python() -> Path:
     return venv_python(*SPEC)
 
 
-def _in_venv(script: str, folder: Path, names: list[str]) -> None:
+def in_venv(script: str, folder: Path, names: list[str]) -> None:
     done = subprocess.run([training_python(), "-c", _PRELUDE + script, folder, json.dumps(names)], capture_output=True, text=True)
     if done.returncode:
         lines = [line for line in done.stderr.splitlines() if "[I:onnxruntime" not in line]  # per-transformer notes
@@ -129,7 +129,7 @@ def ort_training(module: nn.Module, example_inputs: tuple, folder, loss_fn=None,
     folder.mkdir(parents=True, exist_ok=True)
     forward = export_forward(module, example_inputs, loss_fn)
     onnx.save(_differentiable(forward) if rewrite else forward, folder / "forward.onnx")
-    _in_venv(_GENERATE, folder, [n for n, _ in module.named_parameters()])
+    in_venv(_GENERATE, folder, [n for n, _ in module.named_parameters()])
     return onnx.load(folder / "training_model.onnx")
 
 
@@ -139,7 +139,7 @@ def verify(module: nn.Module, example_inputs: tuple, folder, loss_fn=None) -> di
     folder = Path(folder).resolve()
     names = [n for n, _ in module.named_parameters()]
     np.savez(folder / "inputs.npz", *[t.detach().numpy() for t in example_inputs])
-    _in_venv(_TRAIN_STEP, folder, names)
+    in_venv(_TRAIN_STEP, folder, names)
     ort = np.load(folder / "results.npz")
     module.zero_grad()
     loss = WithLoss(module, loss_fn)(*example_inputs)[0]

@@ -119,7 +119,7 @@ def test_bad_arguments_exit_2(args, tmp_path):
 
 
 @pytest.mark.parametrize("command", [[], ["ops"], ["fuse"], ["demo"], ["info"], ["export"], ["bench"],
-                                     ["bench", "kernels"], ["bench", "graph_pass"], ["bench", "training_step"],
+                                     ["bench", "kernels"], ["bench", "graph_pass"], ["bench", "training_step"], ["bench", "training_artifacts"],
                                      ["bench", "translations"], ["bench", "chart"]])
 def test_help(command):
     done = ascend_grad(*command, "--help")

@@ -392,6 +392,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 BENCHMARKS = {
     "kernels": "the fused kernels vs ATen, torch.compile, the decomposed graph and the memory floor",
     "training_step": "a whole training step of a bundled graph, original vs fused",
+    "training_artifacts": "onnxruntime-training's Module + AdamW loop on the ResBlock's artifacts, original vs fused",
     "graph_pass": "the graph pass's time by graph size",
     "models": "export and a training step of real models (diffusers UNet/VAE, CNNs): fused vs plain vs torch",
     "translations": "each ATen backward translation of models/export in onnxruntime vs PyTorch eager",
@@ -503,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     info.set_defaults(run=cmd_info)
 
     bench = commands.add_parser(
-        "bench", help="run a benchmark (kernels, training_step, models, translations, graph_pass, chart)",
+        "bench", help="run a benchmark (kernels, training_step, training_artifacts, models, translations, graph_pass, chart)",
         description="Run a benchmark; the options after its name are its own (ascend-grad bench kernels --help).\n"
         + "\n".join(f"  {name:14s} {text}" for name, text in BENCHMARKS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,

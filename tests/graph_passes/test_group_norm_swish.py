@@ -231,3 +231,39 @@ def test_inference_exports_fuse_the_forward(block, dynamo):
         want = module(x).double().numpy()
     got = list(run_kernels(fused, {name: x.numpy()}).values())[0]
     assert _error(got, want) <= 1e-5
+
+
+def test_z_read_beyond_the_swish_fuses_the_group_norm_alone():
+    """y = silu(z) and z itself read elsewhere (a residual): the swish cannot take z from its other
+    reader, so the GroupNorm fuses alone (activate_swish = 0) and the swish stays."""
+    model, _, _ = group_norm_graph("InstanceNormalization", "silu")
+    model.graph.node.append(helper.make_node("Add", ["y", "z"], ["out"]))
+    model.graph.output[0].name = "out"
+    fused, report = fuse_backward_ops(model)
+    assert report.counts["GroupNormSwish"] == 1 and report.refused == {}
+    (node,) = [n for n in fused.graph.node if n.domain == DOMAIN]
+    assert {a.name: helper.get_attribute_value(a) for a in node.attribute}["activate_swish"] == 0
+    assert sorted(n.op_type for n in fused.graph.node) == ["Add", "GroupNormSwish", "Mul", "Sigmoid"]
+    x = _x()
+    want = run_onnxruntime(model, {"x": x})["out"].astype(np.float64)
+    assert _error(run_kernels(fused, {"x": x})["out"], want) <= 1e-5
+
+
+@pytest.mark.parametrize("spelling", ["GroupNormalization-18", "GroupNormalization-21", "InstanceNormalization"])
+def test_parameters_as_graph_inputs(spelling):
+    """gamma and beta fed at run time: the fused node reads them (GroupNormalization-18's per-group
+    values repeated per channel by nodes, not folded)."""
+    model, _, _ = group_norm_graph(spelling, "silu")
+    names = ["gamma_G", "beta_G"] if spelling.endswith("18") else ["gamma", "beta"]
+    feeds = {"x": _x()}
+    for name in names:
+        (init,) = [i for i in model.graph.initializer if i.name == name]
+        feeds[name] = numpy_helper.to_array(init)
+        model.graph.initializer.remove(init)
+        model.graph.input.append(helper.make_tensor_value_info(name, F, list(feeds[name].shape)))
+    fused, report = fuse_backward_ops(model)
+    assert report.counts["GroupNormSwish"] == 1, report.refused
+    (node,) = [n for n in fused.graph.node if n.domain == DOMAIN]
+    want = run_onnxruntime(model, feeds)["y"].astype(np.float64)
+    assert _error(run_kernels(fused, feeds)["y"], want) <= 1e-5
+    assert _error(run_onnxruntime(fused, feeds)["y"], want) <= 1e-5
