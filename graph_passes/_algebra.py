@@ -115,11 +115,18 @@ class Algebra:
         if c is not None:
             return Poly.constant(c)
         node = producer(value)
+        tanh_grad = value.producer()
+        if value not in self.stop and tanh_grad is not None and tanh_grad.domain == "com.microsoft" and tanh_grad.op_type == "TanhGrad":
+            y = self.poly(tanh_grad.inputs[1], depth + 1)  # TanhGrad(dY, Y) = dY * (1 - Y^2), by definition
+            return self.poly(tanh_grad.inputs[0], depth + 1) * (Poly.constant(1.0) + (y * y).scale(-1.0))
         if value in self.stop or node is None:
             return Poly.atom(self.atom("value", value))
         op, ins = node.op_type, node.inputs
-        if op == "Add":
-            return self.poly(ins[0], depth + 1) + self.poly(ins[1], depth + 1)
+        if op in ("Add", "Sum"):  # (Sum: onnxruntime-training accumulates a tensor's gradients)
+            terms, total = self._softplus_derivatives(list(ins), depth)
+            for term in terms:
+                total = total + self.poly(term, depth + 1)
+            return total
         if op == "Sub":
             return self.poly(ins[0], depth + 1) + self.poly(ins[1], depth + 1).scale(-1.0)
         if op == "Mul":
@@ -142,8 +149,71 @@ class Algebra:
             return Poly.atom(self.atom("tanh_softplus", argument))
         return Poly.atom(self.atom("value", value))
 
+    def _softplus_derivatives(self, terms: list[ir.Value], depth: int) -> tuple[list[ir.Value], Poly]:
+        """Take out of a sum's terms each pair that is onnxruntime-training's derivative of the
+        overflow-free softplus relu(x) + log(1 + exp(-|x|)) (how ascend_grad.training respells it):
+
+            ReluGrad(d, relu(x)) + (-(d / (1 + e)) * e) * sign(x),   e = exp(-|x|)
+
+        = d * (step(x) - sign(x) e / (1 + e)), which is d * sigmoid(x) for x != 0 (x > 0:
+        1 - sigmoid(-x); x < 0: sigmoid(x)) and 0 at x = 0, where d * sigmoid(x) is 0 too only if d
+        is: so a pair counts as d * sigmoid(x) only when every term of d holds the factor x (as
+        in Mish's backward, d = dy * x * (1 - t^2)). Returns the other terms and the pairs' sum."""
+        total = Poly()
+        for a in list(terms):
+            relu_grad = strip(a).producer()
+            if relu_grad is None or relu_grad.domain != "com.microsoft" or relu_grad.op_type != "ReluGrad":
+                continue
+            relu = producer(strip(relu_grad.inputs[1]), "Relu")
+            x = strip(relu.inputs[0]) if relu is not None else None
+            d = strip(relu_grad.inputs[0])
+            for b in terms:
+                if x is not None and b is not a and _sign_term(b, x, d):
+                    poly_d = self.poly(d, depth + 1)
+                    xi = self.atom("value", x)
+                    if poly_d and all(any(i == xi for i, _ in m) for m in poly_d):
+                        total = total + poly_d * Poly.atom(self.atom("sigmoid", x))
+                        terms = [t for t in terms if t is not a and t is not b]
+                        break
+        return terms, total
+
     def atoms_of_kind(self, poly: Poly, kind: str) -> list[int]:
         return sorted(i for i in poly.atoms() if self.atoms[i][0] == kind)
+
+
+def _exp_minus_abs(value: ir.Value, x: ir.Value) -> bool:
+    """value is exp(-|x|)."""
+    exp = producer(strip(value), "Exp")
+    neg = producer(strip(exp.inputs[0]), "Neg") if exp is not None else None
+    absolute = producer(strip(neg.inputs[0]), "Abs") if neg is not None else None
+    return absolute is not None and strip(absolute.inputs[0]) is x
+
+
+def _sign_term(value: ir.Value, x: ir.Value, d: ir.Value) -> bool:
+    """value is (-(d / (1 + e)) * e) * sign(x), e = exp(-|x|), as onnxruntime-training's gradient
+    builders write the derivative of log(1 + exp(-|x|)) (either operand order of each Mul)."""
+    mul = producer(strip(value), "Mul")
+    for negated, sign in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])) if mul is not None else ():
+        sign_node, neg = producer(strip(sign), "Sign"), producer(strip(negated), "Neg")
+        if sign_node is None or neg is None or strip(sign_node.inputs[0]) is not x:
+            continue
+        inner = producer(strip(neg.inputs[0]), "Mul")
+        for quotient, e in ((inner.inputs[0], inner.inputs[1]), (inner.inputs[1], inner.inputs[0])) if inner is not None else ():
+            div = producer(strip(quotient), "Div")
+            if div is None or strip(div.inputs[0]) is not d or not _exp_minus_abs(e, x):
+                continue
+            if _exponent_of_one_plus_exp(div.inputs[1]) is not None and _exp_minus_abs(_one_plus(div.inputs[1]), x):
+                return True
+    return False
+
+
+def _one_plus(value: ir.Value) -> ir.Value | None:
+    """e, if value is 1 + e (either order)."""
+    add = producer(strip(value), "Add")
+    for one, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])) if add is not None else ():
+        if scalar(one) == 1.0:
+            return other
+    return None
 
 
 def sigmoid_argument(value: ir.Value) -> ir.Value | None:
@@ -191,6 +261,14 @@ def softplus_argument(value: ir.Value) -> ir.Value | None:
         return strip(node.inputs[0])
     if node.op_type == "Log":
         return _exponent_of_one_plus_exp(node.inputs[0])
+    if node.op_type == "Add":  # relu(a) + log(1 + exp(-|a|)), overflow-free (ascend_grad.training's)
+        for relu, log in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+            relu_node, log_node = producer(strip(relu), "Relu"), producer(strip(log), "Log")
+            if relu_node is not None and log_node is not None:
+                a = strip(relu_node.inputs[0])
+                inner = _one_plus(log_node.inputs[0])
+                if inner is not None and _exp_minus_abs(inner, a):
+                    return a
     if node.op_type == "Where":
         greater = producer(strip(node.inputs[0]), "Greater")
         inner = softplus_argument(node.inputs[2])

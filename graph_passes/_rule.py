@@ -74,6 +74,8 @@ class ElementwiseGradientRule(FusionRule):
         return None
 
     def pattern(self, op, a, b):
+        if self.anchor == "Sum":  # variadic: onnxruntime-training's sum of a tensor's gradients
+            return op.Sum(a, b, _allow_other_inputs=True, _outputs=["root"])
         return getattr(op, self.anchor)(a, b, _outputs=["root"])
 
     def check(self, context, a, b, root: ir.Value, **_) -> MatchResult:

@@ -23,7 +23,7 @@ ANCHORS = ("Mul", "Add", "Sub")
 # a graph without one of these computes no sigmoid (written out: 1 / (1 + exp(-a)))
 SIGMOID_OPS = frozenset({"Sigmoid", "Exp"})
 
-_ARITHMETIC = {"Add", "Sub", "Mul", "Neg", "Div", "Pow", "Identity", "Cast", "CastLike", "Expand"}
+_ARITHMETIC = {"Add", "Sum", "Sub", "Mul", "Neg", "Div", "Pow", "Identity", "Cast", "CastLike", "Expand"}
 
 
 @dataclass

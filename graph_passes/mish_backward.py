@@ -38,4 +38,6 @@ class MishBackwardRule(ElementwiseGradientRule):
 
 def rules(present: set[str]) -> list:
     """The rules worth running on a graph holding the op types `present`."""
-    return [MishBackwardRule.rule(anchor) for anchor in ANCHORS] if "Tanh" in present else []
+    if "Tanh" not in present:
+        return []
+    return [MishBackwardRule.rule(anchor) for anchor in ANCHORS] + ([MishBackwardRule.rule("Sum")] if "Sum" in present else [])

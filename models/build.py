@@ -45,6 +45,8 @@ GRAPH_SET = {
     "mish_mlp.export.dyn": ("mish_mlp", "export", {"dynamic_batch": True}, {MISH: 1}, ""),
     "mish_mlp.compile_bw": ("mish_mlp", "compile_bw", {}, {MISH: 1}, ""),
     "mish_mlp.export.fp16": ("mish_mlp", "export", {"half": True}, {MISH: 1}, ""),
+    "mish_mlp.ort_training": ("mish_mlp", "ort_training", {"rewrite": True}, {MISH: 1},
+                              "Softplus respelled for onnxruntime-training: TanhGrad, ReluGrad, Sign"),
     "swish_mlp.aot.opt": ("swish_mlp", "aot", {}, {SILU: 1}, "hand-written x * sigmoid(x): the product rule"),
     "swish_mlp.export.dyn": ("swish_mlp", "export", {"dynamic_batch": True}, {SILU: 1}, ""),
     "swish_mlp.ort_training": ("swish_mlp", "ort_training", {}, {SILU: 1}, ""),

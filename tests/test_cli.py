@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 from ascend_grad import cli
 from ascend_grad.graph_passes import fuse_backward_ops
-from ascend_grad.models import graph_path
+from ascend_grad.models import GRAPHS, graph_path
 
 
 def ascend_grad(*args):
@@ -360,3 +360,14 @@ def test_fuse_for_ascend_verify(tmp_path, graph):
     done = ascend_grad("fuse", graph_path(graph), "-o", tmp_path / "out.onnx", "--target", "ascend", "--verify")
     assert done.returncode == 0, done.stderr
     assert "verified" in done.stdout
+
+
+def test_fuse_an_inference_model(tmp_path):
+    """A forward-only export (TorchScript, constant folding on): its GroupNorm+SiLU becomes one
+    GroupNormSwish, and --verify runs both."""
+    source = GRAPHS / "collection" / "gn_silu.fwd.ts.fold.o17.static.f32.init.onnx"
+    out = tmp_path / "fused.onnx"
+    done = ascend_grad("fuse", source, "-o", out, "--verify")
+    assert done.returncode == 0, done.stderr
+    assert "fused: GroupNormSwish x1; nodes 13 -> 3" in done.stdout and "verified 1 outputs" in done.stdout
+    assert [n.op_type for n in onnx.load(out).graph.node] == ["Conv", "GroupNormSwish", "Conv"]
