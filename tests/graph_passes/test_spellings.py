@@ -218,3 +218,47 @@ def test_onnxruntime_training_softplus_derivative_without_the_factor_x_stays():
     """d * (relu'(x) - sign(x) e / (1 + e)) is not d * sigmoid(x) at x = 0 unless d is 0 there."""
     _, report = fuse_backward_ops(_ort_mish_backward(with_x_factor=False))
     assert report.counts["MishBackward"] == 0
+
+
+def _fold_parameter_views(model):
+    """The graph as an optimizer that folds constants leaves it: every Reshape, Unsqueeze or Squeeze
+    of an initializer (gamma unsqueezed for the forward, grouped for the backward's c1, ...) becomes
+    an initializer of its own, so the pattern reads copies of the parameter in other shapes."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    known = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    known |= {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in graph.node
+              if n.op_type == "Constant" and n.attribute[0].name == "value"}
+    folded = 0
+    for node in list(graph.node):
+        if node.op_type in ("Reshape", "Unsqueeze", "Squeeze") and all(i in known for i in node.input):
+            arrays = [known[i] for i in node.input]
+            names = [f"i{k}" for k in range(len(arrays))]
+            info = lambda name, a: helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), None)  # noqa: E731
+            single = helper.make_model(helper.make_graph(
+                [helper.make_node(node.op_type, names, ["o"], **{a.name: helper.get_attribute_value(a) for a in node.attribute})],
+                "view", [info(n, a) for n, a in zip(names, arrays)], [info("o", arrays[0])]), opset_imports=model.opset_import)
+            known[node.output[0]] = ReferenceEvaluator(single).run(None, dict(zip(names, arrays)))[0]
+            graph.initializer.append(numpy_helper.from_array(known[node.output[0]], node.output[0]))
+            graph.node.remove(node)
+            folded += 1
+    return model, folded
+
+
+@pytest.mark.parametrize("name", ["resblock.export.opt", "gn_scaled_swish.export.opt"])
+def test_parameters_folded_into_copies_of_other_shapes(name):
+    """gamma and beta reach forward and backward as folded constants ((C, 1, 1), (1, G, C/G), (1, C)),
+    not as the parameter: read by value, both still fuse, and the result equals the graph as written."""
+    from ascend_grad.models import graph_path
+    from ascend_grad.verify import random_feeds
+
+    model, folded = _fold_parameter_views(onnx.load(graph_path(name)))
+    assert folded >= 4
+    fused, report = fuse_backward_ops(model)
+    assert {k: v for k, v in report.counts.items() if v} == {"GroupNormSwishGrad": 1, "GroupNormSwish": 1}, report.refused
+    feeds = random_feeds(model)
+    want, got = run_onnxruntime(model, feeds), run_kernels(fused, feeds)
+    for output in want:
+        assert np.abs(got[output] - want[output]).max() <= 1e-5 * np.abs(want[output]).max(), output
