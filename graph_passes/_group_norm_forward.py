@@ -213,13 +213,18 @@ def recognise(z: ir.Value) -> GroupNormForward:
         for normalized, weight in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])) if mul else ():
             back = producer(strip(normalized), "Reshape")
             found = _normalized_groups(strip(back.inputs[0])) if back is not None else None
+            if found is None and back is None:  # (N, C, L) with G == C: the regrouping kept x's shape
+                found = _normalized_groups(strip(normalized))
             if found is None:
                 continue
             grouped, eps, spelling = found
             x, groups_shape = reshape_of(grouped, 3)
-            G, x_dims, back_dims = groups_shape[1], dims(x), reshape_dims(back)
+            G, x_dims = groups_shape[1], dims(x)
+            back_dims = reshape_dims(back) if back is not None else dims(strip(normalized))
             if not isinstance(G, int) or G <= 0:
                 raise Refuse("the group count of the forward reshape is not constant")
+            if back is None and (x_dims is None or len(x_dims) != 3 or x_dims[1] != G):
+                raise Refuse("the normalised groups are not reshaped back to x's shape")
             if x_dims is None or len(x_dims) < 2 or back_dims is None or len(back_dims) != len(x_dims) or any(
                     a is not None and b is not None and a != b for a, b in zip(back_dims, x_dims)):
                 raise Refuse("the normalised groups are not reshaped back to x's shape")

@@ -4,7 +4,7 @@
   names: `loss`, `grad.<parameter>` for the parameters that require grad, `buffer.<name>` for every
   buffer (its value after the step). In float64 by default: the reference the float32 graph is held to.
 - `step_errors`: how far a graph's outputs are from that step, output by output.
-- `activation_counts`: how many SiLU, Mish and GroupNorm-then-SiLU the module's forward calls,
+- `activation_counts`: how many SiLU, Mish, GroupNorm and GroupNorm-then-SiLU the module's forward calls,
   counted at the torch.nn.functional level (independently of the exporter), so a test can say
   whether every one of them ended as an ascend.grad node.
 """
@@ -81,6 +81,7 @@ class _Counter(TorchFunctionMode):
         result = func(*args, **(kwargs or {}))
         if func is F.group_norm:
             self.norms.append(result)
+            self.counts["GroupNorm"] += 1  # every one, followed by a SiLU or not
         elif func is F.silu:
             self.counts["GroupNorm+SiLU" if any(args[0] is t for t in self.norms) else "SiLU"] += 1
         elif func is F.mish:
@@ -89,8 +90,9 @@ class _Counter(TorchFunctionMode):
 
 
 def activation_counts(module: torch.nn.Module, example_inputs) -> Counter:
-    """{"SiLU": n, "Mish": n, "GroupNorm+SiLU": n} over one forward of a copy of `module`; a SiLU
-    counts as GroupNorm+SiLU when its input is a GroupNorm's output."""
+    """{"SiLU": n, "Mish": n, "GroupNorm+SiLU": n, "GroupNorm": n} over one forward of a copy of
+    `module`; a SiLU counts as GroupNorm+SiLU when its input is a GroupNorm's output; "GroupNorm"
+    counts every GroupNorm, followed by a SiLU or not."""
     counter = _Counter()
     with torch.no_grad(), counter:
         copy.deepcopy(module)(*example_inputs)

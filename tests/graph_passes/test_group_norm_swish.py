@@ -268,3 +268,24 @@ def test_parameters_as_graph_inputs(spelling):
     want = run_onnxruntime(model, feeds)["y"].astype(np.float64)
     assert _error(run_kernels(fused, feeds)["y"], want) <= 1e-5
     assert _error(run_onnxruntime(fused, feeds)["y"], want) <= 1e-5
+
+
+def test_rank_3_with_one_channel_per_group_needs_no_reshape_back():
+    """(N, C, L) with G == C (a diffusers attention block's GroupNorm): the regrouping keeps x's
+    shape, and exporters write no Reshape back; the GroupNorm alone still fuses."""
+    N, C3, L = 2, 4, 6
+    rng = np.random.default_rng(5)
+    gamma, beta = rng.normal(1, 0.3, C3).astype(np.float32), rng.normal(0, 0.3, C3).astype(np.float32)
+    nodes = [helper.make_node("Reshape", ["x", "groups_shape"], ["g"]),
+             helper.make_node("InstanceNormalization", ["g", "ones", "zeros"], ["n"], epsilon=1e-5),
+             helper.make_node("Mul", ["n", "gamma_c1"], ["scaled"]), helper.make_node("Add", ["scaled", "beta_c1"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0, C3, -1], np.int64), "groups_shape"), _const("ones", np.ones(C3)),
+             _const("zeros", np.zeros(C3)), _const("gamma_c1", gamma.reshape(C3, 1)), _const("beta_c1", beta.reshape(C3, 1))]
+    graph = helper.make_graph(nodes, "attention_norm", [helper.make_tensor_value_info("x", F, [N, C3, L])],
+                              [helper.make_tensor_value_info("y", F, [N, C3, L])], inits)
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10))
+    fused, report = fuse_backward_ops(model)
+    assert report.counts["GroupNormSwish"] == 1, report.refused
+    x = (rng.standard_normal((N, C3, L)) * 3 + 1).astype(np.float32)
+    want = reference.group_norm_swish(x, gamma, beta, C3, 1e-5, 1.0, False)[0]
+    assert _error(run_kernels(fused, {"x": x})["y"], want) <= 1e-5
