@@ -72,8 +72,8 @@ def run(out_dir: str | os.PathLike = "ascend-grad-demo", graphs=GRAPHS, threads:
     threads = threads or os.cpu_count() or 1
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    print("ascend-grad demo: fusing the decomposed SiLU, Mish and GroupNorm+SiLU backward passes of the bundled "
-          "training graphs into single ascend.grad nodes\n", file=out, flush=True)
+    print("ascend-grad demo: fusing the decomposed SiLU, Mish and GroupNorm+SiLU backward passes (and the GroupNorm+SiLU "
+          "forward) of the bundled training graphs into single ascend.grad nodes\n", file=out, flush=True)
     rows, summary, failed = [], {}, []
     for name in graphs:
         source = graph_path(name)
