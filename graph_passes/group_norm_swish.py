@@ -65,8 +65,8 @@ def _subgraph(root: ir.Value, stops: set[ir.Value]) -> set[ir.Node]:
     while frontier:
         value = frontier.pop()
         node = value.producer()
-        if value in stops or node is None or node in found or node.op_type in ("Constant", "ConstantOfShape"):
-            continue
+        if value in stops or strip(value) in stops or node is None or node in found or node.op_type in ("Constant", "ConstantOfShape"):
+            continue  # (a Cast of x is x's, whoever else reads it)
         if constant_array(value) is not None or scalar(value) is not None:
             continue
         found.add(node)

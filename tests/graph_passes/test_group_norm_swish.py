@@ -289,3 +289,23 @@ def test_rank_3_with_one_channel_per_group_needs_no_reshape_back():
     x = (rng.standard_normal((N, C3, L)) * 3 + 1).astype(np.float32)
     want = reference.group_norm_swish(x, gamma, beta, C3, 1e-5, 1.0, False)[0]
     assert _error(run_kernels(fused, {"x": x})["y"], want) <= 1e-5
+
+
+def test_a_cast_of_x_read_elsewhere_too_is_not_the_group_norms():
+    """x arrives in float16 and is cast to float once, for the GroupNorm and a residual: the Cast
+    belongs to x, not to the GroupNorm, so the GroupNorm+SiLU still fuses (reading x cast)."""
+    model, gamma, beta = group_norm_graph("InstanceNormalization", "silu")
+    graph = model.graph
+    for node in graph.node:
+        node.input[:] = ["xf" if v == "x" else v for v in node.input]
+    graph.node.insert(0, helper.make_node("Cast", ["x"], ["xf"], to=F))
+    graph.node.append(helper.make_node("Add", ["y", "xf"], ["out"]))
+    graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    graph.output[0].name = "out"
+    del graph.value_info[:]
+    model = onnx.shape_inference.infer_shapes(model)
+    fused, report = fuse_backward_ops(model)
+    assert report.counts["GroupNormSwish"] == 1, report.refused
+    x = _x().astype(np.float16)
+    want = run_onnxruntime(model, {"x": x})["out"].astype(np.float64)
+    assert _error(run_kernels(fused, {"x": x})["out"], want) <= 1e-5
