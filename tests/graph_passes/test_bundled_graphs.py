@@ -138,7 +138,9 @@ def test_onnxruntime_training_graphs_in_onnxruntime_training(fused, tmp_path, na
     onnx.save(model, tmp_path / "fused.onnx")
     original = onnx.load(graph_path(name))
     np.savez(tmp_path / "inputs.npz", **random_feeds(original))
-    python = venv_python("onnxruntime-training-cpu==1.19.2", "numpy", root=REPO / "build" / "venvs")
+    from ascend_grad.models.ort_training import SPEC  # (one venv for every onnxruntime-training test)
+
+    python = venv_python(*SPEC, root=REPO / "build" / "venvs")
     done = subprocess.run([python, "-c", CHILD, runtime_ext.library_path(), str(graph_path(name)), str(tmp_path / "fused.onnx"),
                            str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -206,7 +206,9 @@ def test_onnxruntime_training_mish_backward_fuses_and_equals_it_at_zero_and_far_
     x = np.concatenate([[0.0, -0.0, 1e-30, -1e-30, 1e-4, -1e-4, 90.0, -90.0, 30.0, -30.0, 3.0, -3.0],
                         rng.standard_normal(20)]).astype(np.float32).reshape(4, 8)
     np.savez(tmp_path / "inputs.npz", x=x, dy=rng.standard_normal((4, 8)).astype(np.float32))
-    python = venv_python("onnxruntime-training-cpu==1.19.2", "numpy", root=Path(__file__).resolve().parents[2] / "build" / "venvs")
+    from ascend_grad.models.ort_training import SPEC  # (one venv for every onnxruntime-training test)
+
+    python = venv_python(*SPEC, root=Path(__file__).resolve().parents[2] / "build" / "venvs")
     done = subprocess.run([python, "-c", _ORT_CHILD, runtime_ext.library_path(), tmp_path / "original.onnx",
                            tmp_path / "fused.onnx", tmp_path / "inputs.npz", tmp_path / "out.npz"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

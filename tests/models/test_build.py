@@ -201,7 +201,9 @@ def test_rebuilt_onnxruntime_training_graph(build, monkeypatch, tmp_path, rng):
     x = rng.standard_normal(entry["inputs"]["input_0"]).astype(np.float32)
     onnx.save(rebuilt, tmp_path / "rebuilt.onnx")
     np.savez(tmp_path / "inputs.npz", input_0=x)
-    python = venv_python("onnxruntime-training-cpu==1.19.2", "numpy", root=REPO / "build" / "venvs")
+    from ascend_grad.models.ort_training import SPEC  # (one venv for every onnxruntime-training test)
+
+    python = venv_python(*SPEC, root=REPO / "build" / "venvs")
     done = subprocess.run([python, "-c", CHILD, tmp_path / "inputs.npz", tmp_path / "out.npz", graph_path(name),
                            tmp_path / "rebuilt.onnx"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

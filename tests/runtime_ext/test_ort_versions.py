@@ -29,7 +29,8 @@ from ascend_grad.venvs import venv_python
 
 REPO = Path(__file__).resolve().parents[2]
 VENVS = REPO / "build" / "venvs"
-RUNTIMES = ["onnxruntime-training-cpu==1.19.2", "onnxruntime==1.24.4"]
+# (onnxruntime-training with models.ort_training's pins: one venv for every test that needs it)
+RUNTIMES = {"onnxruntime-training-cpu==1.19.2": ("onnx==1.16.2", "numpy"), "onnxruntime==1.24.4": ("numpy",)}
 DTYPES = list(FLOAT_DTYPES.values())
 
 # Runs in the other environment: the library on every model, outputs saved next to the inputs.
@@ -101,7 +102,7 @@ def test_the_same_binary_in_another_onnxruntime(cases, spec, tmp_path):
     run_folder.mkdir()
     for path in folder.iterdir():
         (run_folder / path.name).write_bytes(path.read_bytes())
-    python = venv_python(spec, "numpy", root=VENVS)
+    python = venv_python(spec, *RUNTIMES[spec], root=VENVS)
     done = subprocess.run([python, "-c", CHILD, runtime_ext.library_path(), str(run_folder)], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"onnxruntime {spec.split('==')[1]}" in done.stdout
