@@ -4,9 +4,11 @@
 //   mean, then var = mean((x - mean)^2) in a second pass (no cancellation when |mean| >> std),
 //   rstd = 1 / sqrt(var + eps),  z = (x - mean) * rstd * gamma[c] + beta[c],  y = z * sigmoid(b z)
 //
-// The mean is summed in double and kept as float hi + lo parts: x - mean = (x - hi) - lo, where
-// x - hi is exact for x near the mean. A group whose values nearly agree (two elements 1e-3 apart)
-// would otherwise lose digits of x - mean to the rounding of the mean.
+// The mean is summed as shift + sum(x - shift), shift = the group's first value: float sums of x
+// itself lose the digits of x - mean when |mean| >> std (x ~ N(1000, 1)), the shifted values keep
+// them. It is kept as float hi + lo parts: x - mean = (x - hi) - lo, where x - hi is exact for x
+// near the mean. A group whose values nearly agree (two elements 1e-3 apart) would otherwise lose
+// digits of x - mean to the rounding of the mean.
 #pragma once
 
 #include <cmath>
@@ -18,7 +20,29 @@ namespace ASCEND_GRAD_ISA {
 
 inline Vec Swish(Vec z, Vec scale, bool activate) { return activate ? z * SigmoidOf(scale * z).s() : z; }
 
+// x[0] as float, or 0 when it is not finite (an infinity would turn every shifted value into
+// NaN where the mean is an infinity); the shift only has to be near the mean, not exact
+template <typename T>
+float ShiftOf(const T* x) {
+  const float first = ReduceAdd(KeepFirst(LoadPartial(x, 1), 1));
+  return std::isfinite(first) ? first : 0.0f;
+}
+
 // sum over row[0, n) of f(v) for the row's values v, in float blocks flushed into double
+// sum of (x - mean)^2 in double over rows [0, rows) of width values at x + row * stride: the
+// fallback for a group whose float squares overflow (|x - mean| > 1.8e19), rare enough to be scalar
+template <typename T>
+double SquaresInDouble(const T* x, int64_t rows, int64_t width, int64_t stride, double mean) {
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < width; ++i) {
+      const double d = static_cast<double>(ReduceAdd(KeepFirst(LoadPartial(x + r * stride + i, 1), 1))) - mean;
+      total += d * d;
+    }
+  }
+  return total;
+}
+
 template <typename T, typename F>
 double RowSum(const T* row, int64_t n, F f) {
   double total = 0.0;
@@ -41,9 +65,11 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   T* y = static_cast<T*>(a.y) + offset;
   const double M = static_cast<double>(Cg * HxW);
 
+  const float shift = HxW > 0 ? ShiftOf(x) : 0.0f;
+  const Vec shift_v = Vec::Broadcast(shift);
   double sum = 0.0;
-  for (int64_t c = 0; c < Cg; ++c) sum += RowSum(x + c * HxW, HxW, [](Vec v) { return v; });
-  const double mean_d = sum / M;
+  for (int64_t c = 0; c < Cg; ++c) sum += RowSum(x + c * HxW, HxW, [&](Vec v) { return v - shift_v; });
+  const double mean_d = static_cast<double>(shift) + sum / M;
   const float mean = static_cast<float>(mean_d);
   const Vec hi = Vec::Broadcast(mean), lo = Vec::Broadcast(static_cast<float>(mean_d - mean));
   auto centred = [&](Vec v) { return (v - hi) - lo; };
@@ -54,6 +80,7 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
       return d * d;
     });
   }
+  if (!std::isfinite(squares) && std::isfinite(mean_d)) squares = SquaresInDouble(x, Cg, HxW, HxW, mean_d);
   const float rstd = static_cast<float>(1.0 / std::sqrt(squares / M + static_cast<double>(a.eps)));
   a.mean[task] = mean;
   a.rstd[task] = rstd;
@@ -79,9 +106,10 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   const int64_t C = a.C, Cg = a.C / a.G, HxW = a.HxW;
   const T* x = static_cast<const T*>(a.x) + n * HxW * C;
   T* y = static_cast<T*>(a.y) + n * HxW * C;
-  float* mean_c = Scratch(static_cast<size_t>(4 * C) + kLanes, 1);  // mean as hi + lo per channel
+  float* mean_c = Scratch(static_cast<size_t>(5 * C) + kLanes, 1);  // mean as hi + lo per channel
   float* mean_lo_c = mean_c + C;
-  float* block = mean_lo_c + C;
+  float* shift_c = mean_lo_c + C;  // each channel's first value (see ShiftOf)
+  float* block = shift_c + C;
   float* weight_c = block + C;
   double* sums = Scratch<double>(static_cast<size_t>(C), 2);
   const double M = static_cast<double>(Cg * HxW);
@@ -103,10 +131,13 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
     }
   };
 
-  channel_sums([](Vec v, int64_t) { return v; });
+  for (int64_t c = 0; c < C; ++c) shift_c[c] = HxW > 0 ? ShiftOf(x + c) : 0.0f;
+  channel_sums([&](Vec v, int64_t c) {
+    return v - LoadPartial(shift_c + c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes));
+  });
   for (int64_t grp = 0; grp < a.G; ++grp) {
     double total = 0.0;
-    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) total += sums[c];
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) total += sums[c] + static_cast<double>(shift_c[c]) * static_cast<double>(HxW);
     const double mean_d = total / M;
     a.mean[n * a.G + grp] = static_cast<float>(mean_d);
     for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
@@ -123,6 +154,8 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   for (int64_t grp = 0; grp < a.G; ++grp) {
     double total = 0.0;
     for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) total += sums[c];
+    const double mean_d = static_cast<double>(mean_c[grp * Cg]) + static_cast<double>(mean_lo_c[grp * Cg]);
+    if (!std::isfinite(total) && std::isfinite(mean_d)) total = SquaresInDouble(x + grp * Cg, HxW, Cg, C, mean_d);
     const float rstd = static_cast<float>(1.0 / std::sqrt(total / M + static_cast<double>(a.eps)));
     a.rstd[n * a.G + grp] = rstd;
     for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) weight_c[c] = rstd * a.gamma[c];

@@ -64,6 +64,37 @@ def test_large_offset_inputs(rng, runner):
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize(
+    "shape, num_groups, offset",
+    [((3, 1, 6), 1, 100.0), ((2, 64, 32, 32), 32, 1000.0), ((2, 8, 5), 2, -1e4), ((2, 24, 17), 3, 3e5)],
+    ids=str,
+)
+def test_mean_far_from_the_spread(rng, runner, data_format, shape, num_groups, offset):
+    """x ~ N(offset, 1): the mean's own rounding must not eat the digits of x - mean (float sums
+    of x gave y 3.8e-5 off at N(100, 1) and 2.9e-5 at N(1000, 1) in the vector paths)."""
+    if data_format == "NHWC":
+        shape = (shape[0], *shape[2:], shape[1])
+    C = shape[1] if data_format == "NCHW" else shape[-1]
+    x = (offset + rng.standard_normal(shape)).astype(F32)
+    _run(runner, x, random_array(rng, C, F32), random_array(rng, C, F32), num_groups, data_format=data_format)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("first", [1e30, -5e4, np.inf, -np.inf], ids=str)
+def test_first_value_of_a_group_far_away(rng, runner, first):
+    """The kernel sums each group around its first value: an outlier or an infinity there. At
+    1e30 the float squares overflow: the kernel sums that group again in double; the function
+    body computes in float (SPEC) and gives NaN there, so only the kernel is held to it."""
+    if first == 1e30 and runner != "kernels":
+        pytest.skip("the function body's float squares overflow above 1.8e19")
+    x = random_array(rng, (2, 8, 3, 5), F32)
+    x[0, 4, 0, 0] = first  # n = 0, group 1 of 2: its first value
+    got = _run(runner, x, random_array(rng, 8, F32), random_array(rng, 8, F32), 2)
+    assert np.isfinite(got["y"][1]).all()
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_nan_spreads_over_its_group_only(rng, runner):
     x = random_array(rng, (2, 8, 3, 3), F32)
     x[0, 6, 1, 1] = np.nan  # n = 0, group 1 of 2
