@@ -37,3 +37,18 @@ def write_section(results: Path, section: str, body: str) -> None:
         end = text.find("\n## ", start + len(section))
         text = text[:start] + block + (text[end:] if end >= 0 else "")
     results.write_text(text)
+
+
+class Tee:
+    """A stream that writes to several: the console and the table a benchmark files in results.md."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, s):
+        for stream in self.streams:
+            stream.write(s)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()

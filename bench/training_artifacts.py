@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from ascend_grad.bench.report import machine, write_section
+from ascend_grad.bench.report import Tee, machine, write_section
 
 SECTION = "## onnxruntime-training loop"
 WARMUP = 5
@@ -127,12 +127,7 @@ def main(argv=None, prog: str | None = None) -> int:
     args = parser.parse_args(argv)
     table = io.StringIO()
 
-    class Tee:
-        def write(self, s):
-            sys.stdout.write(s)
-            table.write(s)
-
-    run(tuple(args.threads), args.steps, args.batch, out=Tee())
+    run(tuple(args.threads), args.steps, args.batch, out=Tee(sys.stdout, table))
     if args.write:
         argv = [a for a in argv if a != "--write"]
         body = (f"Command: `{' '.join(['python -m ascend_grad.bench.training_artifacts', *argv])}`\n\n{machine()}\n\n"

@@ -30,7 +30,7 @@ import numpy as np
 import onnx
 
 from ascend_grad.bench.kernels import _torch
-from ascend_grad.bench.report import machine, write_section
+from ascend_grad.bench.report import Tee, machine, write_section
 from ascend_grad.models import GRAPHS, graph_path
 from ascend_grad.testing import relative_error, run_onnxruntime
 from ascend_grad.timing import median_ms, ort_runner
@@ -137,19 +137,6 @@ def _write(results: Path, argv: list[str], table: str) -> None:
     write_section(results, SECTION, body)
 
 
-class _Tee:
-    def __init__(self, *streams):
-        self.streams = streams
-
-    def write(self, s):
-        for stream in self.streams:
-            stream.write(s)
-
-    def flush(self):
-        for stream in self.streams:
-            stream.flush()
-
-
 def main(argv=None, prog: str | None = None) -> int:
     import io
 
@@ -162,7 +149,7 @@ def main(argv=None, prog: str | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("bench/results.md"), help="default: %(default)s")
     args = parser.parse_args(argv)
     table = io.StringIO()
-    run(tuple(args.threads), args.graph, out=_Tee(sys.stdout, table))
+    run(tuple(args.threads), args.graph, out=Tee(sys.stdout, table))
     if args.write:
         _write(args.results, [a for a in argv if a != "--write"], table.getvalue())
     return 0

@@ -8,6 +8,8 @@ check the math and not the spelling.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_ir as ir
 
@@ -18,6 +20,12 @@ FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.
 # Ops that do not change an elementwise value: a Cast between float types changes only the
 # rounding (the fused op computes in float and rounds once), Expand only broadcasts.
 _TRANSPARENT = {"Identity", "Cast", "CastLike", "Expand"}
+
+
+def close(a: float, b: float) -> bool:
+    """Two constants of a spelling equal up to the rounding of their float32 storage (an exporter's
+    1/M or sqrt(2/pi) written in float32)."""
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=0.0)
 
 
 def producer(value: ir.Value | None, op_type: str | None = None) -> ir.Node | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from ascend_grad.graph_passes._graph import axes_of, constant_array, dims, producer, scalar, shape_tensor_dims, strip
+from ascend_grad.graph_passes._graph import axes_of, close, constant_array, dims, producer, scalar, shape_tensor_dims, strip
 
 
 class Refuse(Exception):
@@ -317,7 +317,7 @@ def group_mean(value: ir.Value) -> ir.Value:
         if total is not None and axes_of(total, 3) == [2] and factor:
             groups = strip(total.inputs[0])
             M = _row_length(groups)
-            if M is not None and _close(factor if node.op_type == "Div" else 1.0 / factor, M):
+            if M is not None and close(factor if node.op_type == "Div" else 1.0 / factor, M):
                 return groups
     raise Refuse("a statistic is not the mean over each group")
 
@@ -343,10 +343,6 @@ def _row_length(groups: ir.Value) -> int | None:
     if x_dims and target and len(target) == 3 and isinstance(target[1], int) and all(isinstance(d, int) for d in x_dims[1:]):
         return int(np.prod(x_dims[1:])) // target[1]
     return None
-
-
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-6 * abs(b)
 
 
 def _plus_eps(value: ir.Value) -> tuple[ir.Value, ir.Value]:

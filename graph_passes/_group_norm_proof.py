@@ -19,14 +19,13 @@ with the forward's G and eps: that is checked too.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
 from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig
-from ascend_grad.graph_passes._graph import axes_of, dims, producer, scalar, strip, users, users_through_casts
+from ascend_grad.graph_passes._graph import axes_of, close, dims, producer, scalar, strip, users, users_through_casts
 from ascend_grad.graph_passes._group_norm_forward import (
     GroupNormForward, Refuse, check_statistics, expect, per_channel, recognise, reduced, reshape_dims, reshape_of, same_groups,
     same_parameter, unsqueezed,
@@ -48,10 +47,6 @@ class GroupNormBackward:
     dgamma: ir.Value | None  # None: the graph does not compute it
     dbeta: ir.Value | None
     forward: GroupNormForward
-
-
-def _close(a: float, b: float, tolerance: float = 1e-6) -> bool:
-    return math.isclose(a, b, rel_tol=tolerance, abs_tol=0.0)
 
 
 def _poly(value: ir.Value, stop=()) -> tuple[Algebra, Poly]:
@@ -193,7 +188,7 @@ def _coefficients(c2: ir.Value, c3: ir.Value, s: float) -> tuple[ir.Value, ir.Va
     (rstd_i,) = cubed
     three = next(m for m in p2 if len(m) == 3)
     two = next(m for m in p2 if len(m) == 2)
-    if not (_close(p2[three], s) and _close(p2[two], -s)):
+    if not (close(p2[three], s) and close(p2[two], -s)):
         raise Refuse(f"c2's factor is not 1 / (C/G * HxW) = {s}")
     ds_val = a2.atoms[next(i for i, _ in two if i != rstd_i)][1]
     others = [a2.atoms[i][1] for i, _ in three if i != rstd_i]
@@ -203,7 +198,7 @@ def _coefficients(c2: ir.Value, c3: ir.Value, s: float) -> tuple[ir.Value, ir.Va
         m, r, d, v = (a3.atom("value", strip(t)) for t in (mean, rstd, db_val, ds_val))
         expected = Poly({tuple(sorted(((d, 1), (m, 2), (r, 3)))): -s, tuple(sorted(((v, 1), (m, 1), (r, 3)))): s,
                          tuple(sorted(((d, 1), (r, 1)))): -s})
-        if p3.keys() == expected.keys() and all(_close(p3[k], expected[k]) for k in p3):
+        if p3.keys() == expected.keys() and all(close(p3[k], expected[k]) for k in p3):
             return strip(mean), strip(rstd), strip(db_val), strip(ds_val)
     raise Refuse("c3 is not -c2 * mean - db_val * rstd / (C/G * HxW)")
 

@@ -9,13 +9,12 @@ in the atoms dy, z, s, which is what is checked (see _algebra).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import onnx_ir as ir
 
 from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig, cofactors, divide, sigmoid_argument, tanh_softplus_argument
-from ascend_grad.graph_passes._graph import producer, scalar, strip
+from ascend_grad.graph_passes._graph import close, producer, scalar, strip
 
 # the last node of a gradient: dy * f'(x) or its terms summed (a - b for the Mish product rule)
 ANCHORS = ("Mul", "Add", "Sub")
@@ -86,12 +85,8 @@ def linear_in(argument: ir.Value) -> tuple[ir.Value, float]:
     return argument, 1.0
 
 
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-6, abs_tol=0.0)
-
-
 def _same_poly(a: Poly, b: Poly) -> bool:
-    return a.keys() == b.keys() and all(_close(a[m], b[m]) for m in a)
+    return a.keys() == b.keys() and all(close(a[m], b[m]) for m in a)
 
 
 def _swish_form(root: ir.Value, z: ir.Value, argument: ir.Value, b: float) -> Activation | str | None:
