@@ -29,8 +29,17 @@ float ShiftOf(const T* x) {
 }
 
 // sum over row[0, n) of f(v) for the row's values v, in float blocks flushed into double
-// sum of (x - mean)^2 in double over rows [0, rows) of width values at x + row * stride: the
-// fallback for a group whose float squares overflow (|x - mean| > 1.8e19), rare enough to be scalar
+// Float squares of x - mean overflow above 1.8e19 and underflow below 1e-19 (x ~ 2^-100 N(0, 1)
+// gave var 0, rstd inf). A group whose float sum of squares leaves [kTinySquares * M, inf) is
+// summed again in double, scalar (rare) - unless all its x - mean are 0 (a constant group, which
+// is common: zero-initialised layers), found by a vector sum of |x - mean|.
+constexpr double kTinySquares = 1e-30;
+
+inline bool SquaresNeedDouble(double squares, double M, double mean) {
+  return std::isfinite(mean) && !(squares >= kTinySquares * M && squares <= 1e300);
+}
+
+// sum of (x - mean)^2 in double over rows [0, rows) of width values at x + row * stride
 template <typename T>
 double SquaresInDouble(const T* x, int64_t rows, int64_t width, int64_t stride, double mean) {
   double total = 0.0;
@@ -80,7 +89,11 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
       return d * d;
     });
   }
-  if (!std::isfinite(squares) && std::isfinite(mean_d)) squares = SquaresInDouble(x, Cg, HxW, HxW, mean_d);
+  if (SquaresNeedDouble(squares, M, mean_d)) {
+    double absolute = 0.0;
+    for (int64_t c = 0; c < Cg; ++c) absolute += RowSum(x + c * HxW, HxW, [&](Vec v) { return Abs(centred(v)); });
+    squares = absolute == 0.0 ? 0.0 : SquaresInDouble(x, Cg, HxW, HxW, mean_d);
+  }
   const float rstd = static_cast<float>(1.0 / std::sqrt(squares / M + static_cast<double>(a.eps)));
   a.mean[task] = mean;
   a.rstd[task] = rstd;
@@ -111,7 +124,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   float* shift_c = mean_lo_c + C;  // each channel's first value (see ShiftOf)
   float* block = shift_c + C;
   float* weight_c = block + C;
-  double* sums = Scratch<double>(static_cast<size_t>(C), 2);
+  double* sums = Scratch<double>(static_cast<size_t>(C + a.G), 2);
   const double M = static_cast<double>(Cg * HxW);
 
   // per-channel sums of f(x) over the positions, float blocks flushed into double
@@ -151,11 +164,27 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
     const Vec d = centred(v, c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes));
     return d * d;
   });
+  double* squares = sums + C;  // per group
+  bool rescue = false;
   for (int64_t grp = 0; grp < a.G; ++grp) {
-    double total = 0.0;
-    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) total += sums[c];
-    const double mean_d = static_cast<double>(mean_c[grp * Cg]) + static_cast<double>(mean_lo_c[grp * Cg]);
-    if (!std::isfinite(total) && std::isfinite(mean_d)) total = SquaresInDouble(x + grp * Cg, HxW, Cg, C, mean_d);
+    squares[grp] = 0.0;
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) squares[grp] += sums[c];
+    rescue |= SquaresNeedDouble(squares[grp], M, static_cast<double>(mean_c[grp * Cg]));
+  }
+  if (rescue) {
+    channel_sums([&](Vec v, int64_t c) {
+      return Abs(centred(v, c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes)));
+    });
+    for (int64_t grp = 0; grp < a.G; ++grp) {
+      const double mean_d = static_cast<double>(mean_c[grp * Cg]) + static_cast<double>(mean_lo_c[grp * Cg]);
+      if (!SquaresNeedDouble(squares[grp], M, mean_d)) continue;
+      double absolute = 0.0;
+      for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) absolute += sums[c];
+      squares[grp] = absolute == 0.0 ? 0.0 : SquaresInDouble(x + grp * Cg, HxW, Cg, C, mean_d);
+    }
+  }
+  for (int64_t grp = 0; grp < a.G; ++grp) {
+    const double total = squares[grp];
     const float rstd = static_cast<float>(1.0 / std::sqrt(total / M + static_cast<double>(a.eps)));
     a.rstd[n * a.G + grp] = rstd;
     for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) weight_c[c] = rstd * a.gamma[c];

@@ -80,6 +80,18 @@ def test_mean_far_from_the_spread(rng, runner, data_format, shape, num_groups, o
     _run(runner, x, random_array(rng, C, F32), random_array(rng, C, F32), num_groups, data_format=data_format)
 
 
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("spread, eps", [(2.0**-100, 0.0), (1e25, 1e-5), (0.0, 1e-5)], ids=str)
+def test_spreads_beyond_float_squares(rng, data_format, spread, eps):
+    """(x - mean)^2 underflows float below 1e-19 (var 0, rstd inf: y NaN and inf, found by the
+    property tests) and overflows above 1.8e19 (rstd 0): the kernel sums such a group in double.
+    A constant group (spread 0) stays exact. The function body computes in float (SPEC), so only
+    the kernel is held to it."""
+    shape = (2, 6, 5) if data_format == "NCHW" else (2, 5, 6)
+    x = (spread * rng.standard_normal(shape)).astype(F32)
+    _run("kernels", x, random_array(rng, 6, F32), random_array(rng, 6, F32), 2, data_format=data_format, eps=eps)
+
+
 @pytest.mark.parametrize("runner", RUNNERS)
 @pytest.mark.parametrize("first", [1e30, -5e4, np.inf, -np.inf], ids=str)
 def test_first_value_of_a_group_far_away(rng, runner, first):
