@@ -4,14 +4,22 @@
 //   mean, then var = mean((x - mean)^2) in a second pass (no cancellation when |mean| >> std),
 //   rstd = 1 / sqrt(var + eps),  z = (x - mean) * rstd * gamma[c] + beta[c],  y = z * sigmoid(b z)
 //
-// The mean is summed as shift + sum(x - shift), shift = the group's first value: float sums of x
-// itself lose the digits of x - mean when |mean| >> std (x ~ N(1000, 1)), the shifted values keep
-// them. It is kept as float hi + lo parts: x - mean = (x - hi) - lo, where x - hi is exact for x
-// near the mean. A group whose values nearly agree (two elements 1e-3 apart) would otherwise lose
-// digits of x - mean to the rounding of the mean.
+// Float arithmetic keeps x - mean's digits only if no summand is rounded the same way many times:
+// subtracting a constant that is finer than x's own grid (x - 6.5e-4 for x ~ N(0, 1)) rounds every
+// x of a binade alike, a bias of up to ulp(x) / 2 in the mean; float sums of x itself lose the
+// digits of x - mean when |mean| >> std (x ~ N(1000, 1)). So:
+//   shift  = the group's first value, cut to 16 significant bits (a coarse grid: x - shift is exact
+//            for every x of up to 2^8 |shift|, and unbiased below |shift| / 2);
+//   mean0  = shift + sum(x - shift) / M, float blocks flushed into double (near the mean);
+//   centre = mean0 on shift's grid (x - centre exact as above);
+//   d = x - centre: mean = centre + sum(d) / M, sum (x - mean)^2 = sum d^2 - (sum d)^2 / M, in
+//   one pass (the corrected two-pass algorithm); y from x - mean as float hi + lo parts:
+//   (x - hi) - lo, exact for x near the mean.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "cpu/group_norm_swish_grad_kernel.h"
 
@@ -20,15 +28,27 @@ namespace ASCEND_GRAD_ISA {
 
 inline Vec Swish(Vec z, Vec scale, bool activate) { return activate ? z * SigmoidOf(scale * z).s() : z; }
 
-// x[0] as float, or 0 when it is not finite (an infinity would turn every shifted value into
-// NaN where the mean is an infinity); the shift only has to be near the mean, not exact
+// x[0] cut to 16 significant bits, or 0 when it is not finite (an infinity would turn every
+// shifted value into NaN where the mean is an infinity)
 template <typename T>
 float ShiftOf(const T* x) {
   const float first = ReduceAdd(KeepFirst(LoadPartial(x, 1), 1));
-  return std::isfinite(first) ? first : 0.0f;
+  if (!std::isfinite(first)) return 0.0f;
+  uint32_t bits;
+  std::memcpy(&bits, &first, sizeof bits);
+  bits &= ~uint32_t{0x7F};  // 23 - 7 = 16 fraction bits kept
+  float cut;
+  std::memcpy(&cut, &bits, sizeof cut);
+  return cut;
 }
 
-// sum over row[0, n) of f(v) for the row's values v, in float blocks flushed into double
+// mean0 rounded to a multiple of shift's last bit (0 without a shift)
+inline float CentreNear(double mean0, float shift) {
+  if (shift == 0.0f || !std::isfinite(mean0)) return 0.0f;
+  const double grid = std::ldexp(1.0, std::ilogb(shift) - 16);
+  return static_cast<float>(std::nearbyint(mean0 / grid) * grid);
+}
+
 // Float squares of x - mean overflow above 1.8e19 and underflow below 1e-19 (x ~ 2^-100 N(0, 1)
 // gave var 0, rstd inf). A group whose float sum of squares leaves [kTinySquares * M, inf) is
 // summed again in double, scalar (rare) - unless all its x - mean are 0 (a constant group, which
@@ -52,6 +72,7 @@ double SquaresInDouble(const T* x, int64_t rows, int64_t width, int64_t stride, 
   return total;
 }
 
+// sum over row[0, n) of f(v) for the row's values v, in float blocks flushed into double
 template <typename T, typename F>
 double RowSum(const T* row, int64_t n, F f) {
   double total = 0.0;
@@ -66,6 +87,38 @@ double RowSum(const T* row, int64_t n, F f) {
   return total;
 }
 
+// with d = centre(v) over row[0, n): *sum += sum of d, *squares += sum of d^2 in one pass. The
+// squares in float blocks flushed into double; the sum of d in double lanes: it is the mean's
+// last digits, and a zero-mean group's mean is itself small (float sums gave 3e-5 relative error
+// at M = 131072)
+template <typename T, typename F>
+void RowSums(const T* row, int64_t n, F centre, double* sum, double* squares) {
+  alignas(64) float lanes[kLanes];
+  double sum_lanes[kLanes] = {};
+  auto add = [&](Vec d) {
+    d.Store(lanes);
+    for (size_t l = 0; l < kLanes; ++l) sum_lanes[l] += static_cast<double>(lanes[l]);
+  };
+  for (int64_t start = 0; start < n; start += kSumBlock) {
+    const int64_t end = start + kSumBlock < n ? start + kSumBlock : n;
+    Vec acc2 = Vec::Zero();
+    int64_t i = start;
+    for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) {
+      const Vec d = centre(Vec::Load(row + i));
+      add(d);
+      acc2 = Fma(d, d, acc2);
+    }
+    if (i < end) {
+      const size_t count = static_cast<size_t>(end - i);
+      const Vec d = KeepFirst(centre(LoadPartial(row + i, count)), count);
+      add(d);
+      acc2 = Fma(d, d, acc2);
+    }
+    *squares += ReduceAdd(acc2);
+  }
+  for (size_t l = 0; l < kLanes; ++l) *sum += sum_lanes[l];
+}
+
 template <typename T>
 void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   const int64_t n = task / a.G, Cg = a.C / a.G, c0 = (task % a.G) * Cg, HxW = a.HxW;
@@ -78,17 +131,16 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   const Vec shift_v = Vec::Broadcast(shift);
   double sum = 0.0;
   for (int64_t c = 0; c < Cg; ++c) sum += RowSum(x + c * HxW, HxW, [&](Vec v) { return v - shift_v; });
-  const double mean_d = static_cast<double>(shift) + sum / M;
+  const float centre = CentreNear(static_cast<double>(shift) + sum / M, shift);
+  const Vec centre_v = Vec::Broadcast(centre);
+  double sum_d = 0.0, squares = 0.0;
+  for (int64_t c = 0; c < Cg; ++c) RowSums(x + c * HxW, HxW, [&](Vec v) { return v - centre_v; }, &sum_d, &squares);
+  const double mean_d = static_cast<double>(centre) + sum_d / M;
+  squares -= sum_d * sum_d / M;
+  if (squares < 0.0) squares = 0.0;  // rounding; NaN stays NaN
   const float mean = static_cast<float>(mean_d);
   const Vec hi = Vec::Broadcast(mean), lo = Vec::Broadcast(static_cast<float>(mean_d - mean));
   auto centred = [&](Vec v) { return (v - hi) - lo; };
-  double squares = 0.0;
-  for (int64_t c = 0; c < Cg; ++c) {
-    squares += RowSum(x + c * HxW, HxW, [&](Vec v) {
-      const Vec d = centred(v);
-      return d * d;
-    });
-  }
   if (SquaresNeedDouble(squares, M, mean_d)) {
     double absolute = 0.0;
     for (int64_t c = 0; c < Cg; ++c) absolute += RowSum(x + c * HxW, HxW, [&](Vec v) { return Abs(centred(v)); });
@@ -119,12 +171,15 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   const int64_t C = a.C, Cg = a.C / a.G, HxW = a.HxW;
   const T* x = static_cast<const T*>(a.x) + n * HxW * C;
   T* y = static_cast<T*>(a.y) + n * HxW * C;
-  float* mean_c = Scratch(static_cast<size_t>(5 * C) + kLanes, 1);  // mean as hi + lo per channel
+  float* mean_c = Scratch(static_cast<size_t>(6 * C) + kLanes, 1);  // mean as hi + lo per channel
   float* mean_lo_c = mean_c + C;
   float* shift_c = mean_lo_c + C;  // each channel's first value (see ShiftOf)
   float* block = shift_c + C;
-  float* weight_c = block + C;
-  double* sums = Scratch<double>(static_cast<size_t>(C + a.G), 2);
+  float* block2 = block + C;
+  float* weight_c = block2 + C;
+  double* sums = Scratch<double>(static_cast<size_t>(2 * C + a.G), 2);
+  double* sums2 = sums + C;
+  double* squares = sums2 + C;  // per group
   const double M = static_cast<double>(Cg * HxW);
 
   // per-channel sums of f(x) over the positions, float blocks flushed into double
@@ -143,6 +198,24 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
       for (int64_t c = 0; c < C; ++c) sums[c] += block[c];
     }
   };
+  // per-channel sums of d = centre(x) and of d^2 in one pass
+  auto channel_sums2 = [&](auto centre) {
+    for (int64_t c = 0; c < C; ++c) sums[c] = sums2[c] = 0.0;
+    for (int64_t start = 0; start < HxW; start += kSumBlock / 16) {
+      const int64_t end = start + kSumBlock / 16 < HxW ? start + kSumBlock / 16 : HxW;
+      for (int64_t c = 0; c < C; ++c) block2[c] = 0.0f;
+      for (int64_t p = start; p < end; ++p) {
+        for (int64_t c = 0; c < C; c += kLanes) {
+          const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+          const Vec d = centre(LoadPartial(x + p * C + c, count), c, count);
+          StorePartial(d, block + c, count);  // the sum of d in double, as in RowSums
+          for (size_t l = 0; l < count; ++l) sums[c + static_cast<int64_t>(l)] += static_cast<double>(block[c + static_cast<int64_t>(l)]);
+          StorePartial(Fma(d, d, LoadPartial(block2 + c, count)), block2 + c, count);
+        }
+      }
+      for (int64_t c = 0; c < C; ++c) sums2[c] += block2[c];
+    }
+  };
 
   for (int64_t c = 0; c < C; ++c) shift_c[c] = HxW > 0 ? ShiftOf(x + c) : 0.0f;
   channel_sums([&](Vec v, int64_t c) {
@@ -151,25 +224,31 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   for (int64_t grp = 0; grp < a.G; ++grp) {
     double total = 0.0;
     for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) total += sums[c] + static_cast<double>(shift_c[c]) * static_cast<double>(HxW);
-    const double mean_d = total / M;
+    const float centre = CentreNear(total / M, shift_c[grp * Cg]);
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
+      mean_c[c] = centre;
+      mean_lo_c[c] = 0.0f;
+    }
+  }
+  // x - mean for channels [c, c + count) (x - centre until the mean is known)
+  auto centred = [&](Vec v, int64_t c, size_t count) { return (v - LoadPartial(mean_c + c, count)) - LoadPartial(mean_lo_c + c, count); };
+  channel_sums2(centred);
+  bool rescue = false;
+  for (int64_t grp = 0; grp < a.G; ++grp) {
+    double sum_d = 0.0, sum_d2 = 0.0;
+    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
+      sum_d += sums[c];
+      sum_d2 += sums2[c];
+    }
+    const double mean_d = static_cast<double>(mean_c[grp * Cg]) + static_cast<double>(mean_lo_c[grp * Cg]) + sum_d / M;
+    squares[grp] = sum_d2 - sum_d * sum_d / M;
+    if (squares[grp] < 0.0) squares[grp] = 0.0;  // rounding; NaN stays NaN
     a.mean[n * a.G + grp] = static_cast<float>(mean_d);
     for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) {
       mean_c[c] = static_cast<float>(mean_d);
       mean_lo_c[c] = static_cast<float>(mean_d - mean_c[c]);
     }
-  }
-  // x - mean for channels [c, c + count)
-  auto centred = [&](Vec v, int64_t c, size_t count) { return (v - LoadPartial(mean_c + c, count)) - LoadPartial(mean_lo_c + c, count); };
-  channel_sums([&](Vec v, int64_t c) {
-    const Vec d = centred(v, c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes));
-    return d * d;
-  });
-  double* squares = sums + C;  // per group
-  bool rescue = false;
-  for (int64_t grp = 0; grp < a.G; ++grp) {
-    squares[grp] = 0.0;
-    for (int64_t c = grp * Cg; c < (grp + 1) * Cg; ++c) squares[grp] += sums[c];
-    rescue |= SquaresNeedDouble(squares[grp], M, static_cast<double>(mean_c[grp * Cg]));
+    rescue |= SquaresNeedDouble(squares[grp], M, mean_d);
   }
   if (rescue) {
     channel_sums([&](Vec v, int64_t c) {
