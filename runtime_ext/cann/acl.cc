@@ -122,7 +122,11 @@ OrtStatus* Device::Open(OrtKernelContext* context, const char* op, const TensorV
 
 OrtStatus* Device::Tensor(const TensorView& view, DType type, const std::vector<int64_t>& shape, aclTensor** out) {
   std::vector<int64_t> strides(shape.size(), 1);
-  for (size_t k = shape.size(); k-- > 1;) strides[k - 1] = strides[k] * shape[k];
+  for (size_t k = shape.size(); k-- > 1;) {
+    if (!CheckedMul(strides[k], shape[k], &strides[k - 1])) {
+      return InvalidArgument(op_, "the strides of " + ShapeString(shape) + " overflow int64");
+    }
+  }
   const int64_t none = 0;  // a valid pointer for rank 0
   const int64_t* dims = shape.empty() ? &none : shape.data();
   *out = api_->aclCreateTensor(dims, shape.size(), AclDataType(type), shape.empty() ? &none : strides.data(), 0,

@@ -5,7 +5,7 @@ namespace ascend_grad {
 
 bool WithinAscendGroupLimit(int64_t channels_per_group, DType type) {
   const int64_t align = type == DType::kFloat ? 8 : 16;
-  return (channels_per_group + align - 1) / align * align <= 4000;
+  return channels_per_group <= 4000 && (channels_per_group + align - 1) / align * align <= 4000;  // (no overflow)
 }
 
 OrtStatus* RequireNchw(const char* op, const GroupNormLayout& layout) {

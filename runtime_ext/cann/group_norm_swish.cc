@@ -29,8 +29,9 @@ OrtStatus* CannGroupNormSwishKernel::Compute(OrtKernelContext* context) {
 
   Device device;
   ASCEND_GRAD_RETURN_IF_ERROR(device.Open(context, kName, x));
-  const size_t stat_bytes = static_cast<size_t>(N * G) * DTypeSize(u_);
-  if (ElementCount(x.shape) == 0) {
+  size_t stat_bytes = 0;
+  if (!CheckedBytes(layout.NG, DTypeSize(u_), &stat_bytes)) return TooLarge(kName, "x", x.shape, "N * num_groups overflows");
+  if (layout.elements == 0) {
     // aclnn takes no empty tensor; a group of no elements has no mean: NaN, as the reference says
     // (all-ones bytes are a NaN in float, float16 and bfloat16)
     if (mean.data != nullptr) ASCEND_GRAD_RETURN_IF_ERROR(device.Fill(mean.data, stat_bytes, 0xFF));

@@ -34,8 +34,9 @@ OrtStatus* CannGroupNormSwishGradKernel::Compute(OrtKernelContext* context) {
 
   Device device;
   ASCEND_GRAD_RETURN_IF_ERROR(device.Open(context, kName, x));
-  const size_t c_bytes = static_cast<size_t>(C) * DTypeSize(type_);
-  if (N * C * layout.HxW == 0) {  // aclnn takes no empty tensor: the sums over nothing are zero
+  size_t c_bytes = 0;
+  if (!CheckedBytes(C, DTypeSize(type_), &c_bytes)) return TooLarge(kName, "x", x.shape, "C overflows");
+  if (layout.elements == 0) {  // aclnn takes no empty tensor: the sums over nothing are zero
     if (dgamma.data != nullptr) ASCEND_GRAD_RETURN_IF_ERROR(device.Fill(dgamma.data, c_bytes, 0));
     if (dbeta.data != nullptr) ASCEND_GRAD_RETURN_IF_ERROR(device.Fill(dbeta.data, c_bytes, 0));
     return nullptr;

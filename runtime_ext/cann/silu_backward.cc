@@ -15,7 +15,9 @@ OrtStatus* CannSiluBackwardKernel::Compute(OrtKernelContext* context) {
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 1, &x));
   ASCEND_GRAD_RETURN_IF_ERROR(CheckSiluBackward(dy, x));
   ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, x.shape, &dx));
-  if (ElementCount(x.shape) == 0) return nullptr;  // nothing to do (aclnn takes no empty tensor)
+  int64_t count = 0;
+  ASCEND_GRAD_RETURN_IF_ERROR(ElementCount(kName, "self", x.shape, &count));
+  if (count == 0) return nullptr;  // nothing to do (aclnn takes no empty tensor)
   Device device;
   ASCEND_GRAD_RETURN_IF_ERROR(device.Open(context, kName, x));
   aclTensor *t_dy, *t_x, *t_dx;

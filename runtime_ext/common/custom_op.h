@@ -46,16 +46,31 @@ struct TypedOp : OrtCustomOp {
     GetVariadicInputHomogeneity = [](const OrtCustomOp*) { return 1; };
     GetVariadicOutputMinArity = [](const OrtCustomOp*) { return 1; };
     GetVariadicOutputHomogeneity = [](const OrtCustomOp*) { return 1; };
-    CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) -> OrtStatusPtr {
-      auto created = std::make_unique<Kernel>();
-      ASCEND_GRAD_RETURN_IF_ERROR(created->Init(info, Self(op)->types.data()));
-      *kernel = created.release();
-      return nullptr;
+    // The three calls that run our code: each under a guard (no exception crosses the C API).
+    CreateKernelV2 = [](const OrtCustomOp* op, const OrtApi*, const OrtKernelInfo* info, void** kernel) noexcept -> OrtStatusPtr {
+      return Guarded(Kernel::kName, [&]() -> OrtStatus* {
+        InjectFault("create", Kernel::kName);
+        auto created = std::make_unique<Kernel>();
+        ASCEND_GRAD_RETURN_IF_ERROR(created->Init(info, Self(op)->types.data()));
+        *kernel = created.release();
+        return nullptr;
+      });
     };
-    KernelComputeV2 = [](void* kernel, OrtKernelContext* context) -> OrtStatusPtr {
-      return static_cast<Kernel*>(kernel)->Compute(context);
+    KernelComputeV2 = [](void* kernel, OrtKernelContext* context) noexcept -> OrtStatusPtr {
+      return Guarded(Kernel::kName, [&]() -> OrtStatus* {
+        InjectFault("compute", Kernel::kName);
+        return static_cast<Kernel*>(kernel)->Compute(context);
+      });
     };
-    KernelDestroy = [](void* kernel) { delete static_cast<Kernel*>(kernel); };
+    KernelDestroy = [](void* kernel) noexcept {
+      // nothing to report an error to: a throwing destructor is swallowed (and leaks, at worst)
+      OrtStatus* status = Guarded(Kernel::kName, [&]() -> OrtStatus* {
+        InjectFault("destroy", Kernel::kName);
+        delete static_cast<Kernel*>(kernel);
+        return nullptr;
+      });
+      if (status != nullptr) Api().ReleaseStatus(status);
+    };
     GetStartVersion = [](const OrtCustomOp*) { return 1; };
     GetEndVersion = [](const OrtCustomOp*) { return INT_MAX; };
   }
@@ -64,8 +79,9 @@ struct TypedOp : OrtCustomOp {
   static const TypedOp* Self(const OrtCustomOp* op) { return static_cast<const TypedOp*>(op); }
 };
 
-// The ops one library registers, in its one domain. shared_ptr keeps each op's real type for the
-// delete (OrtCustomOp has no virtual destructor).
+// The ops one library registers, in its one domain. make_shared<TypedOp<K>> deletes through the real
+// type (OrtCustomOp has no virtual destructor: a unique_ptr<OrtCustomOp> would be a mismatched
+// delete, which the sanitizer job reports at unload).
 struct Registry {
   OrtCustomOpDomain* domain = nullptr;
   std::vector<std::shared_ptr<OrtCustomOp>> ops;

@@ -155,5 +155,10 @@ inline void StoreFloats(DType t, const float* src, size_t n, void* dst) {
   }
 }
 
+// Write `value`, rounded to type t, n times at dst (nothing allocated, whatever n is).
+inline void FillFloats(DType t, float value, size_t n, void* dst) {
+  for (size_t i = 0; i < n; ++i) StoreFloats(t, &value, 1, static_cast<unsigned char*>(dst) + i * DTypeSize(t));
+}
+
 }  // namespace
 }  // namespace ascend_grad

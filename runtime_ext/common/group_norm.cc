@@ -21,11 +21,24 @@ OrtStatus* GroupNormLayout::ReadShape(const char* op, const char* name, const st
   }
   N = shape[0];
   C = channels_last ? shape.back() : shape[1];
-  HxW = 1;
-  for (size_t k = channels_last ? 1 : 2; k < (channels_last ? shape.size() - 1 : shape.size()); ++k) HxW *= shape[k];
+  const int64_t* spatial = shape.data() + (channels_last ? 1 : 2);
+  if (!CheckedProduct(spatial, spatial + (shape.size() - 2), &HxW)) {
+    return TooLarge(op, name, shape, "the product of its spatial dims (HxW) overflows int64");
+  }
   if (C % num_groups != 0) {
     return InvalidArgument(op, "C (" + std::to_string(C) + ") must be divisible by num_groups (" + std::to_string(num_groups) + ")");
   }
+  // An empty x (C == 0, or N == 0) can carry huge other dims and num_groups: its statistics (N, G)
+  // are still an output, and each product must be describable, the statistics and x addressable
+  // as floats (N * C and C * HxW, what else the kernels form, are at most N * C * HxW once x holds
+  // anything; an empty x runs no kernel).
+  auto NxG = [&] { return "N * num_groups = " + std::to_string(N) + " * " + std::to_string(num_groups); };
+  size_t bytes = 0;
+  if (!CheckedMul(N, num_groups, &NG)) return TooLarge(op, name, shape, NxG() + " overflows int64");
+  if (!CheckedBytes(NG, sizeof(float), &bytes)) return TooLarge(op, name, shape, NxG() + " float statistics overflow the address space");
+  if (!CheckedMul(N, C, &NC)) return TooLarge(op, name, shape, "N * C overflows int64");
+  if (!CheckedMul(NC, HxW, &elements)) return TooLarge(op, name, shape, "N * C * HxW overflows int64");
+  if (!CheckedBytes(elements, sizeof(float), &bytes)) return TooLarge(op, name, shape, "its floats overflow the address space");
   return nullptr;
 }
 
@@ -38,10 +51,12 @@ OrtStatus* GroupNormLayout::CheckParameter(const char* op, const char* name, con
 }
 
 OrtStatus* GroupNormLayout::CheckStatistic(const char* op, const char* name, const TensorView& t) const {
-  if (ElementCount(t.shape) != N * num_groups) {
-    return InvalidArgument(op, std::string(name) + " " + ShapeString(t.shape) + " has " + std::to_string(ElementCount(t.shape)) +
+  int64_t count = 0;
+  ASCEND_GRAD_RETURN_IF_ERROR(ElementCount(op, name, t.shape, &count));
+  if (count != NG) {
+    return InvalidArgument(op, std::string(name) + " " + ShapeString(t.shape) + " has " + std::to_string(count) +
                                    " elements, N * num_groups is " + std::to_string(N) + " * " + std::to_string(num_groups) +
-                                   " = " + std::to_string(N * num_groups));
+                                   " = " + std::to_string(NG));
   }
   return nullptr;
 }

@@ -11,7 +11,9 @@ OrtStatus* CheckMishBackward(const TensorView& dy, const TensorView& x, std::vec
     if (input->shape.size() > kMaxRank) {
       return InvalidArgument(kMishBackward, std::string("rank must be 0 to 8, got ") + name + " " + ShapeString(input->shape));
     }
-    if (ElementCount(input->shape) == 0) {
+    int64_t count = 0;
+    ASCEND_GRAD_RETURN_IF_ERROR(ElementCount(kMishBackward, name, input->shape, &count));
+    if (count == 0) {
       return InvalidArgument(kMishBackward, std::string(name) + " is empty " + ShapeString(input->shape) +
                                                 "; aclnnMishBackward rejects empty tensors");
     }
@@ -26,6 +28,14 @@ OrtStatus* CheckMishBackward(const TensorView& dy, const TensorView& x, std::vec
                                                 " do not broadcast");
     }
     (*out_shape)[k] = a == 1 ? b : a;
+  }
+  // broadcasting multiplies: the output can hold far more than either input
+  int64_t count = 0;
+  size_t bytes = 0;
+  if (!CheckedProduct(*out_shape, &count) || !CheckedBytes(count, sizeof(float), &bytes)) {
+    return InvalidArgument(kMishBackward, "gradOutput " + ShapeString(dy.shape) + " and self " + ShapeString(x.shape) +
+                                              " broadcast to " + ShapeString(*out_shape) + ", which is too large: its "
+                                              "element count overflows the address space");
   }
   return nullptr;
 }

@@ -23,10 +23,13 @@ struct GroupNormLayout {
   int64_t num_groups = 0;
   bool channels_last = false;  // data_format "NHWC"
   int64_t N = 0, C = 0, HxW = 1;
+  // N * C * HxW, N * num_groups (the statistics) and N * C: every product of the dims a kernel
+  // forms is one of these or smaller, and ReadShape checked them all (int64, and as float bytes)
+  int64_t elements = 0, NG = 0, NC = 0;
 
   // num_groups (> 0, required) and data_format ("NCHW" or "NHWC")
   OrtStatus* ReadAttributes(const OrtKernelInfo* info, const char* op);
-  // x's rank (2..8), N, C, HxW, and C divisible by num_groups
+  // x's rank (2..8), N, C, HxW, C divisible by num_groups, and the products above
   OrtStatus* ReadShape(const char* op, const char* name, const std::vector<int64_t>& shape);
   // a (C,) parameter; an (N * G)-element statistic
   OrtStatus* CheckParameter(const char* op, const char* name, const TensorView& t) const;

@@ -1,6 +1,9 @@
 #include "common/ort.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 namespace ascend_grad {
 
@@ -22,10 +25,81 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + ")";
 }
 
-int64_t ElementCount(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+bool CheckedMul(int64_t a, int64_t b, int64_t* out) {
+  if (a < 0 || b < 0) return false;
+  return !__builtin_mul_overflow(a, b, out);
+}
+
+bool CheckedProduct(const int64_t* begin, const int64_t* end, int64_t* out) {
+  for (const int64_t* d = begin; d != end; ++d) {
+    if (*d < 0) return false;
+  }
+  for (const int64_t* d = begin; d != end; ++d) {
+    if (*d == 0) {  // an empty tensor holds nothing, whatever its other dims say
+      *out = 0;
+      return true;
+    }
+  }
+  int64_t product = 1;
+  for (const int64_t* d = begin; d != end; ++d) {
+    if (!CheckedMul(product, *d, &product)) return false;
+  }
+  *out = product;
+  return true;
+}
+
+bool CheckedProduct(const std::vector<int64_t>& dims, int64_t* out) {
+  return CheckedProduct(dims.data(), dims.data() + dims.size(), out);
+}
+
+bool CheckedBytes(int64_t count, size_t element_size, size_t* out) {
+  int64_t bytes = 0;
+  if (!CheckedMul(count, static_cast<int64_t>(element_size), &bytes)) return false;
+  *out = static_cast<size_t>(bytes);
+  return true;
+}
+
+OrtStatus* TooLarge(const char* op, const char* name, const std::vector<int64_t>& shape, const std::string& why) {
+  return InvalidArgument(op, std::string(name) + " " + ShapeString(shape) + " is too large: " + why);
+}
+
+OrtStatus* ElementCount(const char* op, const char* name, const std::vector<int64_t>& shape, int64_t* count) {
+  if (CheckedProduct(shape, count)) return nullptr;
+  return TooLarge(op, name, shape, "its element count overflows int64");
+}
+
+OrtStatus* InternalError(const char* op, const char* what, bool out_of_memory) noexcept {
+  char text[512];  // (no std::string: this may run because memory ran out)
+  if (out_of_memory) {
+    std::snprintf(text, sizeof(text), "[%s] out of memory (%s)", op, what);
+  } else {
+    std::snprintf(text, sizeof(text), "[%s] internal error: %s", op, what);
+  }
+  return Api().CreateStatus(ORT_RUNTIME_EXCEPTION, text);
+}
+
+namespace {
+struct Fault {
+  std::string stage, op, kind;
+};
+const Fault* ReadFault() {
+  const char* spec = std::getenv("ASCEND_GRAD_TEST_THROW");
+  if (spec == nullptr || *spec == '\0') return nullptr;
+  static Fault fault;
+  const std::string text = spec;
+  const size_t a = text.find(':'), b = text.find(':', a == std::string::npos ? a : a + 1);
+  if (a == std::string::npos || b == std::string::npos) return nullptr;
+  fault = {text.substr(0, a), text.substr(a + 1, b - a - 1), text.substr(b + 1)};
+  return &fault;
+}
+}  // namespace
+
+void InjectFault(const char* stage, const char* op) {
+  static const Fault* const fault = ReadFault();
+  if (fault == nullptr || fault->stage != stage || (fault->op != "*" && fault->op != op)) return;
+  if (fault->kind == "bad_alloc") throw std::bad_alloc();
+  if (fault->kind == "length_error") throw std::length_error("injected length_error");
+  throw 42;  // not a std::exception
 }
 
 namespace {

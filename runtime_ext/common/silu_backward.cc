@@ -12,6 +12,12 @@ OrtStatus* CheckSiluBackward(const TensorView& dy, const TensorView& x) {
   if (x.shape.size() > kMaxRank) {
     return InvalidArgument(kSiluBackward, "rank must be 0 to 8, got self " + ShapeString(x.shape));
   }
+  int64_t count = 0;
+  size_t bytes = 0;
+  ASCEND_GRAD_RETURN_IF_ERROR(ElementCount(kSiluBackward, "self", x.shape, &count));
+  if (!CheckedBytes(count, sizeof(float), &bytes)) {
+    return TooLarge(kSiluBackward, "self", x.shape, "its size in bytes overflows the address space");
+  }
   return nullptr;
 }
 

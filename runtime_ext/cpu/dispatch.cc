@@ -8,10 +8,25 @@
 
 namespace ascend_grad {
 
+// The tables a build left out (ASCEND_GRAD_ISAS in CMakeLists.txt) count as absent from the CPU.
+#ifndef ASCEND_GRAD_WITH_AVX2
+#define ASCEND_GRAD_WITH_AVX2 0
+#endif
+#ifndef ASCEND_GRAD_WITH_AVX512
+#define ASCEND_GRAD_WITH_AVX512 0
+#endif
+#ifndef ASCEND_GRAD_WITH_AVX512BF16
+#define ASCEND_GRAD_WITH_AVX512BF16 0
+#endif
+
 KernelTable GenericTable();
-#if defined(__x86_64__) || defined(_M_X64)
+#if ASCEND_GRAD_WITH_AVX2
 KernelTable Avx2Table();
+#endif
+#if ASCEND_GRAD_WITH_AVX512
 KernelTable Avx512Table();
+#endif
+#if ASCEND_GRAD_WITH_AVX512BF16
 KernelTable Avx512bf16Table();
 #endif
 
@@ -19,14 +34,25 @@ namespace {
 
 KernelTable g_table = GenericTable();
 
+bool Built(const char* isa) {
+  if (std::strcmp(isa, "avx2") == 0) return ASCEND_GRAD_WITH_AVX2 == 1;
+  if (std::strcmp(isa, "avx512") == 0) return ASCEND_GRAD_WITH_AVX512 == 1;
+  if (std::strcmp(isa, "avx512bf16") == 0) return ASCEND_GRAD_WITH_AVX512BF16 == 1;
+  return true;
+}
+
 bool CpuHas(const char* isa) {
 #if defined(__x86_64__) || defined(_M_X64)
   __builtin_cpu_init();
+  if (!Built(isa)) return false;
   if (std::strcmp(isa, "avx512") == 0) {
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
   }
-  if (std::strcmp(isa, "avx512bf16") == 0) return CpuHas("avx512") && __builtin_cpu_supports("avx512bf16");
+  if (std::strcmp(isa, "avx512bf16") == 0) {  // (not CpuHas("avx512"): that table may be left out)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }
   if (std::strcmp(isa, "avx2") == 0) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   }
@@ -35,9 +61,13 @@ bool CpuHas(const char* isa) {
 }
 
 KernelTable TableFor(const char* isa) {
-#if defined(__x86_64__) || defined(_M_X64)
+#if ASCEND_GRAD_WITH_AVX512BF16
   if (std::strcmp(isa, "avx512bf16") == 0) return Avx512bf16Table();
+#endif
+#if ASCEND_GRAD_WITH_AVX512
   if (std::strcmp(isa, "avx512") == 0) return Avx512Table();
+#endif
+#if ASCEND_GRAD_WITH_AVX2
   if (std::strcmp(isa, "avx2") == 0) return Avx2Table();
 #endif
   return GenericTable();

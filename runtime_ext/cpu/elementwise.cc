@@ -19,8 +19,8 @@ bool BroadcastPlan::Build(const std::vector<int64_t>& dy_shape, const std::vecto
       sa.insert(sa.begin(), a[k] == 1 ? 0 : stride_a);
       sb.insert(sb.begin(), b[k] == 1 ? 0 : stride_b);
     }
-    stride_a *= a[k];
-    stride_b *= b[k];
+    // (an input's stride past its outermost dim is its element count: may overflow only if unchecked)
+    if (!CheckedMul(stride_a, a[k], &stride_a) || !CheckedMul(stride_b, b[k], &stride_b)) return false;
   }
   // merge a dim into the one inside it when both inputs step through them as one
   outer_dims.clear();
@@ -28,8 +28,11 @@ bool BroadcastPlan::Build(const std::vector<int64_t>& dy_shape, const std::vecto
   x_strides.clear();
   for (size_t k = 0; k < dims.size(); ++k) {
     const bool last = k + 1 == dims.size();
-    if (!last && sa[k] == sa[k + 1] * dims[k + 1] && sb[k] == sb[k + 1] * dims[k + 1]) {
-      dims[k + 1] *= dims[k];
+    int64_t step_a = 0, step_b = 0, merged = 0;
+    if (!last && CheckedMul(sa[k + 1], dims[k + 1], &step_a) && CheckedMul(sb[k + 1], dims[k + 1], &step_b) &&
+        sa[k] == step_a && sb[k] == step_b) {
+      if (!CheckedMul(dims[k + 1], dims[k], &merged)) return false;
+      dims[k + 1] = merged;
       continue;
     }
     outer_dims.push_back(dims[k]);
@@ -46,9 +49,10 @@ bool BroadcastPlan::Build(const std::vector<int64_t>& dy_shape, const std::vecto
     dy_strides.pop_back();
     x_strides.pop_back();
   }
-  rows = 1;
-  for (int64_t d : outer_dims) rows *= d;
-  return true;
+  if (!CheckedProduct(outer_dims, &rows)) return false;
+  int64_t elements = 0;
+  size_t bytes = 0;  // (the output, in float: the widest element)
+  return CheckedMul(rows, run, &elements) && CheckedBytes(elements, sizeof(float), &bytes);
 }
 
 namespace {
@@ -63,13 +67,18 @@ OrtStatus* RunElementwise(OrtKernelContext* context, ElementwiseFn fn, const Bro
                           DType dy_type, const TensorView& x, DType x_type, void* out, DType out_type) {
   const int64_t pieces_per_row = (plan.run + kChunk - 1) / kChunk;
   const int64_t rows_per_task = plan.run >= kChunk ? 1 : (kChunk / (plan.run ? plan.run : 1));
-  const int64_t tasks = plan.run >= kChunk ? plan.rows * pieces_per_row : (plan.rows + rows_per_task - 1) / rows_per_task;
+  // (Build checked rows * run: these products are no larger)
+  int64_t tasks = (plan.rows + rows_per_task - 1) / rows_per_task, elements = 0;
+  if (plan.run >= kChunk && !CheckedMul(plan.rows, pieces_per_row, &tasks)) return InternalError("elementwise", "task count overflows", false);
+  if (!CheckedMul(plan.rows, plan.run, &elements)) return InternalError("elementwise", "element count overflows", false);
   const auto* dy_bytes = static_cast<const unsigned char*>(dy.data);
   const auto* x_bytes = static_cast<const unsigned char*>(x.data);
   auto* out_bytes = static_cast<unsigned char*>(out);
   const size_t dy_size = DTypeSize(dy_type), x_size = DTypeSize(x_type), out_size = DTypeSize(out_type);
-  const bool stream = plan.rows * plan.run * static_cast<int64_t>(out_size) >= kStreamBytes;
+  size_t out_bytes_total = 0;
+  const bool stream = CheckedBytes(elements, out_size, &out_bytes_total) && out_bytes_total >= static_cast<size_t>(kStreamBytes);
 
+  // (index arithmetic below stays inside the element counts Build checked)
   auto row_piece = [&](int64_t row, int64_t start, int64_t count) {
     int64_t dy_offset = 0, x_offset = 0, rest = row;
     for (size_t k = plan.outer_dims.size(); k-- > 0;) {

@@ -19,7 +19,10 @@ OrtStatus* MishBackwardKernel::Compute(OrtKernelContext* context) {
   std::vector<int64_t> out_shape;
   ASCEND_GRAD_RETURN_IF_ERROR(CheckMishBackward(dy, x, &out_shape));
   BroadcastPlan plan;
-  plan.Build(dy.shape, x.shape);  // (they broadcast: checked)
+  if (!plan.Build(dy.shape, x.shape)) {  // (checked already: they broadcast, to a size that fits)
+    return InvalidArgument(kName, "gradOutput " + ShapeString(dy.shape) + " and self " + ShapeString(x.shape) +
+                                      " do not broadcast to a size that fits");
+  }
   ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, plan.out_shape, &dx));
   const ElementwiseFn fn = Kernels().mish_backward[static_cast<int>(dy_type_)][static_cast<int>(x_type_)];
   return RunElementwise(context, fn, plan, dy, dy_type_, x, x_type_, dx.data, Promote(dy_type_, x_type_));

@@ -17,9 +17,11 @@ OrtStatus* SiluBackwardKernel::Compute(OrtKernelContext* context) {
   ASCEND_GRAD_RETURN_IF_ERROR(GetInput(context, 1, &x));
   ASCEND_GRAD_RETURN_IF_ERROR(CheckSiluBackward(dy, x));
   ASCEND_GRAD_RETURN_IF_ERROR(GetOutput(context, 0, x.shape, &dx));
-  if (ElementCount(x.shape) == 0) return nullptr;
+  int64_t count = 0;
+  ASCEND_GRAD_RETURN_IF_ERROR(ElementCount(kName, "self", x.shape, &count));
+  if (count == 0) return nullptr;
   BroadcastPlan plan;
-  plan.Build(dy.shape, x.shape);
+  if (!plan.Build(dy.shape, x.shape)) return InvalidArgument(kName, "self " + ShapeString(x.shape) + " is too large");
   return RunElementwise(context, Kernels().silu_backward[static_cast<int>(type_)], plan, dy, type_, x, type_, dx.data, type_);
 }
 

@@ -2,6 +2,7 @@
 names the op and the values. Each case runs in its own process, so a crash would show as one."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -24,10 +25,13 @@ graph = helper.make_graph(
     [helper.make_tensor_value_info(o, types[case["inputs"][0][1]], None) for o in case["outputs"]],
 )
 model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ascend.grad", 1)], ir_version=10)
-feeds = {n: np.ones(s, dtype={"float": np.float32, "float16": np.float16}[t]) for n, t, s in case["inputs"]}
+dtypes = {"float": np.float32, "float16": np.float16}
+# an empty tensor with huge dims (numpy refuses to describe it) is made by onnxruntime itself
+feeds = {n: ort.OrtValue.ortvalue_from_shape_and_type(list(s), dtypes[t]) if 0 in s else
+            ort.OrtValue.ortvalue_from_numpy(np.ones(s, dtype=dtypes[t])) for n, t, s in case["inputs"]}
 try:
     session = ort.InferenceSession(model.SerializeToString(), runtime_ext.session_options(), providers=["CPUExecutionProvider"])
-    session.run(None, feeds)
+    session.run_with_ort_values(case["outputs"], feeds)
 except Exception as error:
     print("RAISED", type(error).__name__, str(error))
 else:
@@ -42,8 +46,8 @@ def gn_grad(x=(2, 64, 4, 4), stats=(2, 32), C=64, gamma=None, dy=None, **attrs):
     return ("GroupNormSwishGrad", inputs, ["dx", "dgamma", "dbeta"], attrs)
 
 
-def gn(x=(2, 64, 4), C=64, gamma=None, **attrs):
-    return ("GroupNormSwish", [("x", F, x), ("gamma", F, gamma or (C,)), ("beta", F, (C,))], ["y", "mean", "rstd"], attrs)
+def gn(x=(2, 64, 4), C=64, gamma=None, outputs=("y", "mean", "rstd"), **attrs):
+    return ("GroupNormSwish", [("x", F, x), ("gamma", F, gamma or (C,)), ("beta", F, (C,))], list(outputs), attrs)
 
 
 CASES = {
@@ -74,6 +78,22 @@ CASES = {
     "gn-beta-size": (("GroupNormSwish", [("x", F, (2, 64, 4)), ("gamma", F, (64,)), ("beta", F, (65,))], ["y"], {"num_groups": 8}),
                      ["beta must be 1-D with C = 64 elements", "(65)"]),
     "gn-rank-1": (gn(x=(64,), num_groups=8), ["x must have rank 2 to 8", "(64)"]),
+    # empty tensors (C = 0) whose other dims or num_groups make a shape product overflow: once
+    # accepted (signed overflow, or a std::length_error crossing the C API without the op's name)
+    "gn-C0-huge-N": (gn(x=(3 * 2**61, 0), C=0, num_groups=1, outputs=["y"]),
+                     ["INVALID_ARGUMENT", "x (6917529027641081856, 0) is too large", "N * num_groups = 6917529027641081856 * 1"]),
+    "gn-C0-huge-N-with-statistics": (gn(x=(3 * 2**61, 0), C=0, num_groups=1),
+                                    ["INVALID_ARGUMENT", "x (6917529027641081856, 0) is too large"]),
+    "gn-C0-huge-HxW": (gn(x=(2, 0, 2**62, 4), C=0, num_groups=1, outputs=["y"]),
+                       ["INVALID_ARGUMENT", "x (2, 0, 4611686018427387904, 4) is too large", "HxW", "overflows int64"]),
+    "gn-C0-huge-num-groups": (gn(x=(4, 0), C=0, num_groups=2**62, outputs=["y"]),
+                              ["INVALID_ARGUMENT", "N * num_groups = 4 * 4611686018427387904 overflows int64"]),
+    "gn-grad-C0-huge-num-groups": (gn_grad(x=(4, 0), stats=(0,), C=0, num_groups=2**62),
+                                   ["INVALID_ARGUMENT", "x (4, 0) is too large", "N * num_groups"]),
+    "gn-grad-C0-huge-N": (gn_grad(x=(3 * 2**61, 0), stats=(0,), C=0, num_groups=1),
+                          ["INVALID_ARGUMENT", "x (6917529027641081856, 0) is too large"]),
+    "gn-grad-nhwc-C0-huge-HxW": (gn_grad(x=(0, 2**62, 4, 0), stats=(0,), C=0, num_groups=1, data_format="NHWC"),
+                                 ["INVALID_ARGUMENT", "HxW", "overflows int64"]),
 }
 
 
@@ -90,3 +110,35 @@ def test_rejected_input_raises_an_error_naming_the_op(name):
         assert f"[{op_type}]" in message
     for word in words:
         assert word in message, message
+
+
+# Exceptions thrown inside the library (made on purpose: ASCEND_GRAD_TEST_THROW) never cross the C
+# API: each becomes a status naming the op, or, where onnxruntime takes no status (KernelDestroy),
+# is swallowed. Before the guards: no such hook, so nothing was raised (and a real throw came out as
+# a bare RUNTIME_EXCEPTION, or terminated the process from a worker thread).
+SILU_BIG = ("SiluBackward", [("dy", F, (3, 20000)), ("x", F, (3, 20000))], ["dx"], {})  # 4 parallel tasks
+THROWS = {
+    "create-length_error": ("create:GroupNormSwish:length_error", gn(num_groups=8),
+                            "[GroupNormSwish] internal error: injected length_error"),
+    "compute-bad_alloc": ("compute:SiluBackward:bad_alloc", SILU_BIG, "[SiluBackward] out of memory"),
+    "compute-not-std": ("compute:GroupNormSwishGrad:other", gn_grad(num_groups=32),
+                        "[GroupNormSwishGrad] internal error: an exception that is not a std::exception"),
+    "task-bad_alloc": ("task:*:bad_alloc", SILU_BIG, "[SiluBackward] out of memory"),
+    "task-one-task": ("task:*:length_error", gn(x=(1, 8, 3), C=8, num_groups=1), "[GroupNormSwish] internal error"),
+    "register": ("register:*:bad_alloc", SILU_BIG, "[RegisterCustomOps] out of memory"),
+    "destroy": ("destroy:SiluBackward:bad_alloc", SILU_BIG, None),  # nothing to report to: swallowed
+}
+
+
+@pytest.mark.parametrize("name", THROWS)
+def test_an_exception_inside_the_library_becomes_a_status(name):
+    spec, (op_type, inputs, outputs, attrs), expected = THROWS[name]
+    case = {"op": op_type, "inputs": inputs, "outputs": outputs, "attrs": attrs}
+    env = dict(os.environ, ASCEND_GRAD_TEST_THROW=spec)
+    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(case)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, f"the process died ({done.returncode}): {done.stderr[-2000:]}"
+    if expected is None:
+        assert done.stdout.startswith("NO ERROR"), done.stdout + done.stderr[-2000:]
+    else:
+        assert done.stdout.startswith("RAISED"), done.stdout + done.stderr[-2000:]
+        assert expected in done.stdout, done.stdout

@@ -1,0 +1,332 @@
+"""The sanitizer job: the kernel library built with AddressSanitizer and UBSan (any undefined
+behaviour fatal), loaded by onnxruntime in a python child with the sanitizer runtimes preloaded,
+runs every op and dtype combination of the CPU kernels on random and edge-case inputs (compared
+with the float64 references), the hostile shapes that must be rejected, on every instruction-set
+path this CPU has, then exits so the library unloads (the registry's deletes are checked too).
+Passes only with exit 0 and not one sanitizer report.
+
+The build goes to build/asan and is reused until a source, the flags or the compiler change (stamp).
+"""
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCES = REPO / "runtime_ext"
+BUILD = REPO / "build" / "asan"
+LIBRARY = BUILD / "libascend_grad_kernels.so"
+ISA_FLAGS = {"generic": [], "avx2": ["avx2", "fma", "f16c"], "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"],
+             "avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"]}
+
+
+def _cpu_has(flags):
+    cpuinfo = Path("/proc/cpuinfo")
+    words = set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
+    return all(flag in words for flag in flags)
+
+
+# Only what the job runs is built (the whole library takes minutes under the sanitizers): the CPU
+# kernels, with the instruction-set tables this CPU can run.
+ISAS = [isa for isa, flags in ISA_FLAGS.items() if _cpu_has(flags)]
+CONFIGURE = ["-DASCEND_GRAD_SANITIZE=ON", "-DASCEND_GRAD_CPU_ONLY=ON", "-DCMAKE_BUILD_TYPE=Release",
+             f"-DASCEND_GRAD_ISAS={';'.join(isa for isa in ISAS if isa != 'generic')}"]
+ASAN_OPTIONS = ":".join([
+    "detect_leaks=0",  # python itself leaks at exit by design
+    "halt_on_error=1", "abort_on_error=0", "exitcode=99",
+    "new_delete_type_mismatch=1", "alloc_dealloc_mismatch=1", "detect_stack_use_after_return=0",
+    "allocator_may_return_null=1",  # an oversized request is a bad_alloc (as in production), not a report
+])
+UBSAN_OPTIONS = "print_stacktrace=1:halt_on_error=1"
+REPORTS = ["ERROR: AddressSanitizer", "runtime error:", "new-delete-type-mismatch", "ERROR: LeakSanitizer", "SUMMARY: "]
+
+# Runs under the sanitizers with one instruction set: every case, then releases everything and exits.
+CHILD = r"""
+import gc, importlib.util, itertools, os, sys, warnings
+import numpy as np, onnxruntime as ort
+from onnx import TensorProto, TypeProto, helper
+# the float64 references alone (pure numpy): not the op package, whose import takes seconds
+ops_spec = importlib.util.find_spec("ascend_grad.ops")
+reference_spec = importlib.util.spec_from_file_location("reference", os.path.join(ops_spec.submodule_search_locations[0], "reference.py"))
+reference = importlib.util.module_from_spec(reference_spec)
+reference_spec.loader.exec_module(reference)
+from ascend_grad.testing import FLOAT_DTYPES, TOLERANCE, _from_ort_value, assert_close, away_from, random_array, to_ort_value
+
+warnings.simplefilter("ignore")  # (numpy: the mean of an empty group)
+library, isa, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = np.random.default_rng(seed)
+DT = list(FLOAT_DTYPES.values())
+F32 = FLOAT_DTYPES["float32"]
+ONNX = {F32: TensorProto.FLOAT, FLOAT_DTYPES["float16"]: TensorProto.FLOAT16, FLOAT_DTYPES["bfloat16"]: TensorProto.BFLOAT16}
+sessions, runs, rejected = [], 0, 0
+
+OUTPUTS = {"SiluBackward": ["gradInput"], "MishBackward": ["gradInput"], "GroupNormSwish": ["y", "mean", "rstd"],
+           "GroupNormSwishGrad": ["dx", "dgamma", "dbeta"]}
+
+def session(op, types, **attrs):
+    # one model per (op, dtypes, attributes), shapes left open: many shapes per session; no function
+    # body (only the kernels can run it)
+    node = helper.make_node(op, list(types), OUTPUTS[op], domain="ascend.grad", **attrs)
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info(n, ONNX[t], None) for n, t in types.items()],
+                              [helper.make_value_info(o, TypeProto()) for o in OUTPUTS[op]])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ascend.grad", 1)], ir_version=10)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    options.register_custom_ops_library(library)
+    s = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    sessions.append(s)
+    return s
+
+def run(s, feeds):
+    global runs
+    names = [o.name for o in s.get_outputs()]
+    values = s.run_with_ort_values(names, {k: v if isinstance(v, ort.OrtValue) else to_ort_value(v) for k, v in feeds.items()})
+    runs += 1
+    return dict(zip(names, (_from_ort_value(v) for v in values)))
+
+def check(got, expected, what):
+    for name, (ref, dtype) in expected.items():
+        assert got[name].dtype == dtype, (what, name, got[name].dtype, dtype)
+        assert_close(got[name], ref, f"{what}/{name}", tolerance=TOLERANCE[np.dtype(dtype)])
+
+def reject(s, feeds, words, what):
+    global rejected
+    try:
+        s.run_with_ort_values([o.name for o in s.get_outputs()], feeds)
+    except Exception as error:
+        message = str(error)
+        assert "INVALID_ARGUMENT" in message and all(w in message for w in words), (what, message)
+        rejected += 1
+        return
+    raise AssertionError(f"{what}: accepted")
+
+def special(a):
+    # edge values at fixed places: NaN, +-90, a large and a tiny one
+    a = np.array(a, copy=True)
+    flat = a.reshape(-1)
+    for i, v in zip((0, 3, 5, 8), (np.nan, 90.0, -90.0, 1e-3)):
+        if i < flat.size and flat.size >= 12:
+            flat[i] = v
+    return a
+
+def group_norm_feeds(rng, shape, G, T, U, fmt):
+    # as ascend_grad.testing.group_norm_feeds: mean and rstd from the rounded x, as the forward gives them
+    x = random_array(rng, shape, T)
+    gamma = random_array(rng, shape[1 if fmt == "NCHW" else -1], U, scale=1.5)
+    beta = random_array(rng, gamma.shape, U)
+    _, mean, rstd = reference.group_norm_swish(x, gamma, beta, G, data_format=fmt)
+    return {"dy": random_array(rng, shape, T), "mean": mean.astype(U), "rstd": rstd.astype(U), "x": x, "gamma": gamma, "beta": beta}
+
+def hostile(shape):
+    return ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.float32)
+
+ODD = [7, 8, 9, 15, 16, 17, 33, 65]
+ELEMENTWISE_SHAPES = [(), (0, 5), (1,), *[(n,) for n in ODD], (3, 5, 7), (1, 2, 1, 3, 1, 2, 1, 3), (3, 20000)]
+
+# SiluBackward: one dtype T
+for T in DT:
+    s = session("SiluBackward", {"gradOutput": T, "self": T})
+    for shape in ELEMENTWISE_SHAPES:
+        go = special(random_array(rng, shape, T))
+        x = special(away_from(random_array(rng, shape, T, scale=4.0), -1.2785))
+        check(run(s, {"gradOutput": go, "self": x}), {"gradInput": (reference.silu_backward(go, x), T)}, f"silu {T} {shape}")
+
+# MishBackward: every (gradOutput, self) pair, broadcasting; empty rejected
+PAIRS = [((n,), (n,)) for n in ODD] + [((), (17,)), ((9,), ()), ((3, 1, 9), (4, 9)), ((2, 16, 1), (1, 16)),
+         ((1, 33), (7, 1)), ((3, 20000), (3, 20000)), ((3, 1), (1, 20000))]
+for a, b in itertools.product(DT, repeat=2):
+    out = a if a == b else F32
+    s = session("MishBackward", {"gradOutput": a, "self": b})
+    for sa, sb in PAIRS:
+        go, x = special(random_array(rng, sa, a)), special(away_from(random_array(rng, sb, b, scale=4.0), -1.1924))
+        check(run(s, {"gradOutput": go, "self": x}), {"gradInput": (reference.mish_backward(go, x), out)}, f"mish {a} {b} {sa} {sb}")
+    if a == b == F32:
+        reject(s, {"gradOutput": to_ort_value(np.ones((0, 4), a)), "self": to_ort_value(np.ones(4, b))}, ["empty"], "mish empty")
+
+# GroupNormSwish and GroupNormSwishGrad: every (T, U), both layouts, G = 1 and 2; shapes in NCHW
+# terms (N, C, *spatial): odd spatial sizes around the vector widths, HxW = 1, G == C, rank 8, empty
+def gn_shapes(G, turn):
+    yield (2, 2 * G, 3, 3)
+    yield (1, G, 1)  # G == C, HxW = 1
+    yield (3, 4 * G)  # rank 2
+    for n in ODD[turn % 2::2]:  # half the odd sizes in turn, along C (NHWC) or HxW (NCHW)
+        yield (2, G * (1 + n % 3), n)
+        yield (1, n * G, 3)
+    yield (1, 2 * G, 1, 2, 1, 3, 1, 2)  # rank 8
+    yield (2, 2 * G, 16, 40)  # a bigger slab
+    yield (0, 2 * G, 3)
+    yield (2, 2 * G, 0)
+    yield (2, 0, 3)  # C = 0
+
+def layout(shape, fmt):
+    return shape if fmt == "NCHW" else (shape[0], *shape[2:], shape[1])
+
+for turn, ((T, U), fmt, G) in enumerate(itertools.product(itertools.product(DT, repeat=2), ["NCHW", "NHWC"], [1, 2])):
+    fwd = session("GroupNormSwish", {"x": T, "gamma": U, "beta": U}, num_groups=G, data_format=fmt)
+    bwd = session("GroupNormSwishGrad", {"dy": T, "mean": U, "rstd": U, "x": T, "gamma": U, "beta": U},
+                  num_groups=G, data_format=fmt)
+    for base in gn_shapes(G, turn + G):
+        shape = layout(base, fmt)
+        what = f"{T}/{U} {fmt} G={G} {shape}"
+        N, C = base[0], base[1]
+        if C == 0:  # (the reference cannot reshape a C of 0: the answer is known)
+            x, gamma = np.ones(shape, T), np.ones(0, U)
+            check(run(fwd, {"x": x, "gamma": gamma, "beta": gamma}),
+                  {"y": (np.ones(shape), T), "mean": (np.full((N, G), np.nan), U), "rstd": (np.full((N, G), np.nan), U)}, what)
+            feeds = {"dy": x, "mean": np.ones((N, G), U), "rstd": np.ones((N, G), U), "x": x, "gamma": gamma, "beta": gamma}
+            check(run(bwd, feeds), {"dx": (np.ones(shape), T), "dgamma": (np.zeros(0), U), "dbeta": (np.zeros(0), U)}, what)
+            continue
+        inputs = group_norm_feeds(rng, shape, G, T, U, fmt)
+        gamma, beta = inputs["gamma"], inputs["beta"]
+        # (the forward's x as the op tests draw it, its mean far from 0: a bound relative to
+        # max |mean| means nothing for a mean near 0)
+        x = random_array(rng, shape, T, scale=3.0, offset=1.0)
+        if base == (2, 2 * G, 3, 3):  # NaN spreads over its group only, |x| = 90 elsewhere
+            inputs["x"], x = special(inputs["x"]), special(x)
+        y, mean, rstd = reference.group_norm_swish(x, gamma, beta, G, data_format=fmt)
+        check(run(fwd, {"x": x, "gamma": gamma, "beta": beta}), {"y": (y, T), "mean": (mean, U), "rstd": (rstd, U)}, "fwd " + what)
+        ref = reference.group_norm_swish_grad(*inputs.values(), G, data_format=fmt)
+        if x.size == 0:
+            ref = (ref[0], np.zeros(C), np.zeros(C))  # sums over nothing
+        check(run(bwd, inputs), {"dx": (ref[0], T), "dgamma": (ref[1], U), "dbeta": (ref[2], U)}, "bwd " + what)
+    if T == U == F32 and fmt == "NCHW" and G == 1:
+        # hostile shapes (findings: signed overflow, a std::length_error across the C API)
+        e = np.zeros(0, np.float32)
+        reject(fwd, {"x": hostile((3 * 2**61, 0)), "gamma": to_ort_value(e), "beta": to_ort_value(e)}, ["[GroupNormSwish]", "too large"], "huge N")
+        reject(fwd, {"x": hostile((2, 0, 2**62, 4)), "gamma": to_ort_value(e), "beta": to_ort_value(e)}, ["[GroupNormSwish]", "HxW"], "huge HxW")
+        bad = {"dy": hostile((3 * 2**61, 0)), "mean": to_ort_value(e), "rstd": to_ort_value(e), "x": hostile((3 * 2**61, 0)),
+               "gamma": to_ort_value(e), "beta": to_ort_value(e)}
+        reject(bwd, bad, ["[GroupNormSwishGrad]", "too large"], "grad huge N")
+
+huge_g = session("GroupNormSwish", {"x": F32, "gamma": F32, "beta": F32}, num_groups=2**62)
+e = to_ort_value(np.zeros(0, np.float32))
+reject(huge_g, {"x": hostile((4, 0)), "gamma": e, "beta": e}, ["[GroupNormSwish]", "N * num_groups"], "huge num_groups")
+
+print(f"ISA {isa}: {runs} kernel runs checked against the references, {rejected} hostile inputs rejected", flush=True)
+del s, fwd, bwd, huge_g, sessions[:]
+gc.collect()
+"""
+
+
+def _runtime(name):
+    """The compiler's sanitizer runtime (e.g. libasan.so.8), or None."""
+    found = subprocess.run(["gcc", f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
+    return str(Path(found).resolve()) if found and os.path.isabs(found) and Path(found).exists() else None
+
+
+def _unsupported_reason():
+    if shutil.which("gcc") is None or shutil.which("g++") is None or shutil.which("cmake") is None:
+        return "needs gcc, g++ and cmake"
+    missing = [name for name in ("libasan.so", "libubsan.so") if _runtime(name) is None]
+    if missing:
+        return f"this compiler has no sanitizer runtime ({', '.join(missing)} not found by gcc -print-file-name)"
+    return None
+
+
+def _digest():
+    h = hashlib.sha256()
+    compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+    h.update(f"{compiler}\n{CONFIGURE}\n".encode())
+    for path in sorted(p for p in SOURCES.rglob("*") if p.suffix in (".cc", ".h", ".map", ".txt") and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def _headers():
+    """An onnxruntime include/ folder the other builds already fetched, else none (CMake fetches)."""
+    if os.environ.get("ONNXRUNTIME_INCLUDE_DIR"):
+        return os.environ["ONNXRUNTIME_INCLUDE_DIR"]
+    for found in sorted((REPO / "build").glob("*/onnxruntime-headers/onnxruntime_c_api.h")):
+        if found.parent.parent != BUILD:
+            return str(found.parent)
+    return None
+
+
+def build():
+    """The sanitizer build of the library, rebuilt only when its sources changed. -> (path, seconds)"""
+    BUILD.mkdir(parents=True, exist_ok=True)
+    with open(BUILD / ".lock", "w") as lock:  # one build at a time (pytest-xdist, other checkouts' runs)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        digest, stamp = _digest(), BUILD / "stamp"
+        if stamp.exists() and stamp.read_text() == digest and LIBRARY.exists():
+            return LIBRARY, 0.0
+        start = time.monotonic()
+        stamp.unlink(missing_ok=True)
+        configure = ["cmake", "-S", str(SOURCES), "-B", str(BUILD), *CONFIGURE]
+        if shutil.which("ninja") and not (BUILD / "CMakeCache.txt").exists():
+            configure += ["-G", "Ninja"]
+        if _headers():
+            configure.append(f"-DONNXRUNTIME_INCLUDE_DIR={_headers()}")
+        for command in (configure, ["cmake", "--build", str(BUILD), "-j", str(min(os.cpu_count() or 1, 4))]):
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                raise RuntimeError(f"{' '.join(command)} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}")
+        stamp.write_text(digest)
+        return LIBRARY, time.monotonic() - start
+
+
+def _sanitized_env(**extra):
+    env = dict(os.environ, ASAN_OPTIONS=ASAN_OPTIONS, UBSAN_OPTIONS=UBSAN_OPTIONS, **extra)
+    env["LD_PRELOAD"] = f"{_runtime('libasan.so')}:{_runtime('libubsan.so')}"  # (an uninstrumented python loads it)
+    env.pop("ASCEND_GRAD_TEST_THROW", None)
+    return env
+
+
+def _reports(stderr):
+    return [line for line in stderr.splitlines() if any(r in line for r in REPORTS)]
+
+
+@pytest.fixture(scope="module")
+def sanitized_library():
+    reason = _unsupported_reason()
+    if reason:
+        pytest.skip(reason)
+    library, seconds = build()
+    print(f"sanitizer build: {'reused' if not seconds else f'{seconds:.0f} s'} ({library})")
+    assert b"__asan_init" in library.read_bytes() and b"__ubsan_handle" in library.read_bytes(), "not a sanitizer build"
+    return library
+
+
+def test_every_kernel_under_address_and_undefined_behaviour_sanitizers(sanitized_library):
+    isas, skipped = ISAS, sorted(set(ISA_FLAGS) - set(ISAS))
+    seed = int.from_bytes(os.urandom(4), "little")
+    total, start = 0, time.monotonic()
+    for isa in isas:
+        env = _sanitized_env(ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1")
+        done = subprocess.run([sys.executable, "-c", CHILD, str(sanitized_library), isa, str(seed)],
+                              capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+        reports = _reports(done.stderr)
+        assert done.returncode == 0 and not reports, (
+            f"ISA {isa}, seed {seed}: exit {done.returncode}, sanitizer reports {reports}\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}")
+        assert f"ascend-grad: {isa} kernels" in done.stderr, done.stderr[-2000:]
+        line = next(line for line in done.stdout.splitlines() if line.startswith(f"ISA {isa}:"))
+        total += int(line.split(": ")[1].split()[0])
+        print(line)
+    print(f"sanitizers: {total} kernel runs checked on {', '.join(isas)} in {time.monotonic() - start:.0f} s "
+          f"(not on this CPU: {', '.join(skipped) or 'none'}); seed {seed}")
+
+
+# What the job would see if the registry deleted its ops through OrtCustomOp (no virtual destructor):
+# the same runtimes, options and kind of load (a dlopen'd instrumented library in python) report it.
+CANARY = r"""
+struct Base { long a; };
+struct Derived : Base { char more[64]; };
+extern "C" void mismatched_delete() { Base* b = new Derived(); delete b; }
+"""
+
+
+def test_the_job_reports_a_mismatched_delete(sanitized_library, tmp_path):
+    (tmp_path / "canary.cc").write_text(CANARY)
+    lib = tmp_path / "libcanary.so"
+    flags = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-fno-sanitize-recover=undefined", "-O1"]
+    subprocess.run(["g++", *flags, "-shared", "-fPIC", "-o", str(lib), str(tmp_path / "canary.cc")], check=True)
+    code = f"import ctypes; ctypes.CDLL({str(lib)!r}).mismatched_delete(); print('not caught')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_sanitized_env(), timeout=120)
+    assert done.returncode != 0 and "new-delete-type-mismatch" in done.stderr, done.stdout + done.stderr[-3000:]
