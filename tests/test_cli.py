@@ -63,9 +63,11 @@ def test_verify_fails_when_the_fused_graph_differs(tmp_path, monkeypatch, capsys
         return fused, report
 
     monkeypatch.setattr(graph_passes, "fuse_backward_ops", wrong)
-    status = cli.main(["fuse", str(graph_path("silu_mlp.aot.opt")), "-o", str(tmp_path / "f.onnx"), "--verify"])
+    status = cli.main(["fuse", str(graph_path("silu_mlp.aot.opt")), "-o", str(tmp_path / "f.onnx"), "--verify",
+                       "--report", str(tmp_path / "r.json")])
     assert status == 1
     assert "differ" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # a wrong graph is not written, nor its report
 
 
 def test_graph_without_patterns_is_written_unchanged(tmp_path):
@@ -97,12 +99,13 @@ def test_unwritable_output(tmp_path):
 
 
 def test_verify_on_a_graph_stock_onnxruntime_cannot_run(tmp_path):
-    """onnxruntime-training graphs hold com.microsoft training ops: fused and written, but --verify
-    says it cannot run the original (exit 2) rather than pretending."""
+    """onnxruntime-training graphs hold com.microsoft training ops: fused, but --verify says it
+    cannot run the original (exit 2) rather than pretending, and nothing is left behind."""
     out = tmp_path / "o.onnx"
     done = ascend_grad("fuse", graph_path("silu_mlp.ort_training"), "-o", out, "--verify")
     _one_line_error(done, "does not run in this onnxruntime")
-    assert "SiluBackward x1" in done.stdout and out.is_file()
+    assert "SiluBackward x1" in done.stdout and not out.exists()
+    assert not list(tmp_path.iterdir())  # no temporary file either
 
 
 @pytest.mark.parametrize("args", [["fuse"], ["fuse", "a.onnx"], ["fuse", "a.onnx", "-o", "b.onnx", "--target", "gpu"],

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 
 import ascend_grad
+from ascend_grad.model_file import InputError, attributed, first_line, load_model, read_model
+from ascend_grad.staging import Staging, output_folder, refuse_overwriting, remove_quietly, save_model, stage_json
 
 
 def _attribute_text(attr) -> str:
@@ -43,107 +46,68 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_model(path: str):
-    """An ONNX file as an onnx_ir model (weights in external data stay on disk), or a one-line error."""
-    import onnx_ir as ir
-
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, not an ONNX file")
-    if not os.path.isfile(path):
-        raise InputError(f"{path}: no such file")
-    if os.path.getsize(path) == 0:
-        raise InputError(f"{path}: not an ONNX model (empty file)")
-    try:
-        model = ir.load(path)
-    except OSError as error:  # unreadable (permissions); external data is checked below, ir.load leaves it on disk
-        raise InputError(f"{path}: cannot read: {error.strerror or error}"
-                         + (f" ({error.filename})" if error.filename and error.filename != path else "")) from None
-    except Exception as error:  # a parse failure: not an ONNX model
-        raise InputError(f"{path}: not an ONNX model ({type(error).__name__})") from None
-    # protobuf decodes many short byte strings without complaint; every ONNX model sets ir_version
-    # and imports at least one opset
-    if model.ir_version < 1 or not model.opset_imports:
-        raise InputError(f"{path}: not an ONNX model (ir_version {model.ir_version}, "
-                         f"{len(model.opset_imports)} opset imports)")
-    _check_external_data(path, model)
-    return model
-
-
-def _check_external_data(path: str, model) -> None:
-    """Every external initializer's bytes are on disk: the graph pass reads small constants (eps,
-    shapes, axes) from them, and a missing file would otherwise look like a graph with nothing to fuse."""
-    import onnx_ir as ir
-
-    needed: dict[str, int] = {}
-    for graph in (model.graph, *model.graph.subgraphs()):
-        for value in graph.initializers.values():
-            tensor = value.const_value
-            if isinstance(tensor, ir.ExternalTensor):
-                end = (tensor.offset or 0) + (tensor.length if tensor.length is not None else tensor.nbytes)
-                needed[tensor.path] = max(needed.get(tensor.path, 0), end)
-    for file, end in sorted(needed.items()):
-        if not os.path.isfile(file):
-            raise InputError(f"{path}: its external data file {file} is missing")
-        if os.path.getsize(file) < end:
-            raise InputError(f"{path}: its external data file {file} is {os.path.getsize(file)} bytes, "
-                             f"the initializers need {end}")
-
-
-def _save_model(model, path: str) -> None:
-    import onnx_ir as ir
-
-    external = any(isinstance(t.const_value, ir.ExternalTensor) for t in model.graph.initializers.values())
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory; give the output file's name")
-    if not os.path.isdir(folder):
-        raise InputError(f"{path}: cannot write: no folder {folder}")
-    try:
-        if external:  # keep the weights beside the output, streamed tensor by tensor
-            ir.save(model, path, external_data=os.path.basename(path) + ".data")
-        else:
-            ir.save(model, path)
-    except OSError as error:
-        raise InputError(f"{path}: cannot write: {error.strerror or error}") from None
-
-
 def cmd_fuse(args: argparse.Namespace) -> int:
     """Fuse the decomposed backward passes (and GroupNorm forwards) of IN into ascend.grad nodes; write OUT."""
     from ascend_grad.graph_passes import fuse_backward_ops
 
     if os.path.isdir(args.input):
         return _fuse_artifacts(args)
-    model = _load_model(args.input)
-    if args.verify and os.path.realpath(args.output) == os.path.realpath(args.input):
-        raise InputError(f"{args.output}: --verify runs IN and OUT side by side; write OUT to another path")
-    fused, report = fuse_backward_ops(model)
+    output_folder(args.output)  # before any work: a bad -o or --report costs nothing
+    if args.report:
+        output_folder(args.report, "report")
+    proto, model = read_model(args.input)
+    outputs = [args.output, args.output + ".data", *([args.output + ".ascend.json"] if args.target == "ascend" else []),
+               *([args.report] if args.report else [])]
+    refuse_overwriting(args, proto, outputs)
+    if args.verify:
+        _check_verify_memory(args.input, proto, args.verify_memory)
+    fused, report = attributed(args.input, lambda: fuse_backward_ops(model))
     plan = None
     if args.target == "ascend":  # the graph made right for onnxruntime-cann, and its plan
-        fused, plan = _export_for_ascend(fused, args.input)
-    _save_model(fused, args.output)
-    fused_ops = ", ".join(f"{op} x{n}" for op, n in report.counts.items() if n) or "nothing"
-    print(f"fused: {fused_ops}; nodes {report.nodes_before} -> {report.nodes_after}")
-    for where, why in report.refused.items():
-        print(f"left alone: {where}: {why}")
-    result = report.to_dict()
+        fused, plan = attributed(args.input, lambda: _export_for_ascend(fused, args.input))
+    with Staging(args.output, args.report) as staging:
+        try:
+            attributed(args.input, lambda: save_model(fused, staging.path()))
+        except OSError as error:
+            raise InputError(f"{args.output}: cannot write: {error.strerror or error}") from None
+        fused_ops = ", ".join(f"{op} x{n}" for op, n in report.counts.items() if n) or "nothing"
+        print(f"fused: {fused_ops}; nodes {report.nodes_before} -> {report.nodes_after}")
+        for where, why in report.refused.items():
+            print(f"left alone: {where}: {why}")
+        result = report.to_dict()
+        if plan is not None:
+            with open(staging.path(".ascend.json"), "w") as f:
+                json.dump(plan, f, indent=1)
+            _print_plan(plan)
+            result["ascend"] = plan
+        if args.verify:
+            from ascend_grad.verify import compare_models
+
+            errors = compare_models(args.input, staging.path(), memory_budget=args.verify_memory)  # OUT before it is OUT
+            result["verify"] = errors
+            worst = max(errors["relative_errors"].values(), default=0.0)
+            print(f"verified {len(errors['relative_errors'])} outputs against the original: largest relative error "
+                  f"{worst:.2e} (bound {errors['bound']:g})")
+            if worst > errors["bound"]:  # nothing is written: OUT would be a wrong graph
+                print("ascend-grad: error: the fused graph's outputs differ from the original's; nothing written",
+                      file=sys.stderr)
+                return 1
+        staging.stage_report(result)
+        staging.commit()
     print(f"wrote {args.output}")
     if plan is not None:
-        _write_plan(args.output, plan)
-        result["ascend"] = plan
-    if args.verify:
-        from ascend_grad.verify import compare_models
-
-        errors = compare_models(args.input, args.output)
-        result["verify"] = errors
-        worst = max(errors["relative_errors"].values(), default=0.0)
-        print(f"verified {len(errors['relative_errors'])} outputs against the original: largest relative error "
-              f"{worst:.2e} (bound {errors['bound']:g})")
-        if worst > errors["bound"]:
-            print("ascend-grad: error: the fused graph's outputs differ from the original's", file=sys.stderr)
-            _write_report(args.report, result)
-            return 1
-    _write_report(args.report, result)
+        options = ", ".join(f"{k}={v}" for k, v in {**plan["provider_options"], **plan["session_options"]}.items())
+        print(f"wrote {args.output}.ascend.json (run OUT with {options}: runtime_ext.cann_session)")
     return 0
+
+
+def _check_verify_memory(path: str, proto, budget: int) -> None:
+    from ascend_grad.verify import CannotVerify, check_feed_memory
+
+    try:
+        check_feed_memory(proto, budget)
+    except CannotVerify as error:
+        raise InputError(f"{path}: {error}") from None
 
 
 def _fuse_artifacts(args: argparse.Namespace) -> int:
@@ -157,6 +121,8 @@ def _fuse_artifacts(args: argparse.Namespace) -> int:
     if args.verify:
         raise InputError(f"{args.input}: a folder of onnxruntime-training artifacts: --verify runs graphs in this "
                          "onnxruntime, which cannot run them; load OUT with onnxruntime.training.api")
+    if args.report:
+        output_folder(args.report, "report")
     try:
         report = fuse_training_artifacts(args.input, args.output)
     except NotArtifacts as error:
@@ -186,20 +152,15 @@ def _export_for_ascend(fused, source: str):
         raise InputError(f"{source}: {error}") from None
 
 
-def _write_plan(output: str, plan: dict) -> None:
-    """OUT.ascend.json beside OUT, and a summary of it."""
+def _print_plan(plan: dict) -> None:
+    """A summary of OUT.ascend.json."""
     from collections import Counter
 
-    path = output + ".ascend.json"
-    with open(path, "w") as f:
-        json.dump(plan, f, indent=1)
     print(f"ascend: {plan['npu_nodes']} nodes on the NPU, {plan['host_nodes']} on the host; host<->device copies "
           f"{plan['host_device_copies_before']} -> {plan['host_device_copies']} (Memcpy nodes onnxruntime inserts)")
     kinds = Counter(r["what"].split(" (")[0] for r in plan["rewrites"])
     for what, n in kinds.items():
         print(f"rewrote: {what}" + (f" x{n}" if n > 1 else ""))
-    options = ", ".join(f"{k}={v}" for k, v in {**plan["provider_options"], **plan["session_options"]}.items())
-    print(f"wrote {path} (run OUT with {options}: runtime_ext.cann_session)")
 
 
 TORCH_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "bool")
@@ -371,16 +332,18 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     from ascend_grad.graph_passes import fuse_backward_ops
 
-    model = _load_model(args.model)
+    model = load_model(args.model)
     graph = model.graph
     ours = Counter(n.op_type for n in graph.all_nodes() if n.domain == ascend_grad.DOMAIN)
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in sorted(model.opset_imports.items()))
-    print(f"{args.model}: {sum(1 for _ in graph.all_nodes())} nodes, {len(graph.inputs)} inputs, "
-          f"{len(graph.outputs)} outputs, {len(graph.initializers)} initializers; opsets: {opsets}")
+    first = (f"{args.model}: {sum(1 for _ in graph.all_nodes())} nodes, {len(graph.inputs)} inputs, "
+             f"{len(graph.outputs)} outputs, {len(graph.initializers)} initializers; opsets: {opsets}")
     held = ", ".join(f"{op} x{n}" for op, n in sorted(ours.items())) or "none"
     functions = sorted(name for domain, name, _ in model.functions if domain == ascend_grad.DOMAIN)
-    print(f"ascend.grad nodes: {held}" + (f" (function bodies attached: {', '.join(functions)})" if functions else ""))
-    _, report = fuse_backward_ops(model)  # on the loaded copy: the file is not touched
+    second = f"ascend.grad nodes: {held}" + (f" (function bodies attached: {', '.join(functions)})" if functions else "")
+    _, report = attributed(args.model, lambda: fuse_backward_ops(model))  # on the loaded copy: the file is not touched
+    print(first)
+    print(second)
     fusable = ", ".join(f"{op} x{n}" for op, n in report.counts.items() if n) or "none"
     print(f"the graph pass fuses: {fusable}"
           + (f" ({report.nodes_before} -> {report.nodes_after} nodes)" if report.counts and any(report.counts.values()) else ""))
@@ -409,13 +372,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _write_report(path: str | None, result: dict) -> None:
+    """The report, written aside and moved into place: never half a file."""
     if path:
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
+        tmp = stage_json(path, result)
+        try:
+            os.replace(tmp, path)
+        finally:
+            remove_quietly(tmp)
 
 
-class InputError(ValueError):
-    """Bad input to the command line: exit status 2, one line on stderr."""
+def _byte_count(text: str) -> int:
+    """An argparse type: a number of bytes, with an optional K/M/G/T suffix (powers of 1024)."""
+    scale = 1024 ** (" KMGT".index(text[-1].upper()) if text and text[-1].upper() in "KMGT" else 0)
+    try:
+        value = float(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes (e.g. 1073741824 or 1G)") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
+    return int(value)
 
 
 def _positive(kind):
@@ -459,6 +434,10 @@ def build_parser() -> argparse.ArgumentParser:
                       "OUT made right for it, and its plan in OUT.ascend.json)")
     fuse.add_argument("--verify", action="store_true",
                       help="run IN and OUT in onnxruntime (OUT with the kernel library) on random inputs and compare every output")
+    fuse.add_argument("--verify-memory", type=_byte_count, default=1 << 30, metavar="BYTES",
+                      help="the most memory --verify may give the random inputs it makes (symbolic dims count as 2); "
+                      "a file declaring bigger inputs is refused before any work. Bytes, or with K, M, G, T "
+                      "(powers of 1024), e.g. 4G (default: 1G)")
     fuse.add_argument("--report", metavar="FILE.json", help="write what was fused, and why anything was left alone")
     fuse.set_defaults(run=cmd_fuse)
 
@@ -515,17 +494,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    return " ".join(str(text).splitlines())  # a name or path with a newline must not make two lines
+
+
+@contextlib.contextmanager
+def _quiet_libraries():
+    """No library speaks on stderr while a command runs (onnx_ir's and onnxscript's logging, any
+    warnings): stderr is ours, one line on error and nothing on success. ASCEND_GRAD_DEBUG=1 lets
+    them speak. (onnxruntime's C++ logger is quieted where verify makes its sessions.)"""
+    if os.environ.get("ASCEND_GRAD_DEBUG"):
+        yield
+        return
+    import logging
+    import warnings
+
+    previous = logging.root.manager.disable
+    logging.disable(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # exits 2 with a usage line on bad arguments
     from ascend_grad.verify import CannotVerify
 
     try:
-        return args.run(args)
+        with _quiet_libraries():
+            return args.run(args)
     except BrokenPipeError:  # the reader went away (| head): stop quietly, flush nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (InputError, CannotVerify, OSError) as error:  # bad input: one line, no traceback
-        print(f"ascend-grad: error: {error}", file=sys.stderr)
+        print(f"ascend-grad: error: {_one_line(error)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("ascend-grad: interrupted", file=sys.stderr)
@@ -533,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:  # a bug of ours: one line, the traceback on request
         if os.environ.get("ASCEND_GRAD_DEBUG"):
             raise
-        print(f"ascend-grad: internal error: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''} "
+        print(f"ascend-grad: internal error: {type(error).__name__}: {first_line(error)} "
               "(ASCEND_GRAD_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 1
 
