@@ -182,39 +182,50 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   double* squares = sums2 + C;  // per group
   const double M = static_cast<double>(Cg * HxW);
 
-  // per-channel sums of f(x) over the positions, float blocks flushed into double
-  auto channel_sums = [&](auto f) {
-    for (int64_t c = 0; c < C; ++c) sums[c] = 0.0;
+  // each(v, c, count) for every channel vector [c, c + count) of every position, in blocks of
+  // kSumBlock / 16 positions with flush() after each (float partial sums stay short)
+  auto by_blocks = [&](auto each, auto flush) {
     for (int64_t start = 0; start < HxW; start += kSumBlock / 16) {
       const int64_t end = start + kSumBlock / 16 < HxW ? start + kSumBlock / 16 : HxW;
-      for (int64_t c = 0; c < C; ++c) block[c] = 0.0f;
       for (int64_t p = start; p < end; ++p) {
         for (int64_t c = 0; c < C; c += kLanes) {
           const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
-          const Vec v = f(LoadPartial(x + p * C + c, count), c);
-          StorePartial(LoadPartial(block + c, count) + v, block + c, count);
+          each(LoadPartial(x + p * C + c, count), c, count);
         }
       }
-      for (int64_t c = 0; c < C; ++c) sums[c] += block[c];
+      flush();
     }
   };
-  // per-channel sums of d = centre(x) and of d^2 in one pass
+  // per-channel sums of f(x) over the positions, float blocks flushed into double
+  auto channel_sums = [&](auto f) {
+    for (int64_t c = 0; c < C; ++c) sums[c] = block[c] = 0.0f;
+    by_blocks([&](Vec v, int64_t c, size_t count) { StorePartial(LoadPartial(block + c, count) + f(v, c), block + c, count); },
+              [&] {
+                for (int64_t c = 0; c < C; ++c) {
+                  sums[c] += block[c];
+                  block[c] = 0.0f;
+                }
+              });
+  };
+  // per-channel sums of d = centre(x) (in double, as in RowSums) and of d^2 in one pass
   auto channel_sums2 = [&](auto centre) {
-    for (int64_t c = 0; c < C; ++c) sums[c] = sums2[c] = 0.0;
-    for (int64_t start = 0; start < HxW; start += kSumBlock / 16) {
-      const int64_t end = start + kSumBlock / 16 < HxW ? start + kSumBlock / 16 : HxW;
-      for (int64_t c = 0; c < C; ++c) block2[c] = 0.0f;
-      for (int64_t p = start; p < end; ++p) {
-        for (int64_t c = 0; c < C; c += kLanes) {
-          const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
-          const Vec d = centre(LoadPartial(x + p * C + c, count), c, count);
-          StorePartial(d, block + c, count);  // the sum of d in double, as in RowSums
+    for (int64_t c = 0; c < C; ++c) {
+      sums[c] = sums2[c] = 0.0;
+      block2[c] = 0.0f;
+    }
+    by_blocks(
+        [&](Vec v, int64_t c, size_t count) {
+          const Vec d = centre(v, c, count);
+          StorePartial(d, block + c, count);
           for (size_t l = 0; l < count; ++l) sums[c + static_cast<int64_t>(l)] += static_cast<double>(block[c + static_cast<int64_t>(l)]);
           StorePartial(Fma(d, d, LoadPartial(block2 + c, count)), block2 + c, count);
-        }
-      }
-      for (int64_t c = 0; c < C; ++c) sums2[c] += block2[c];
-    }
+        },
+        [&] {
+          for (int64_t c = 0; c < C; ++c) {
+            sums2[c] += block2[c];
+            block2[c] = 0.0f;
+          }
+        });
   };
 
   for (int64_t c = 0; c < C; ++c) shift_c[c] = HxW > 0 ? ShiftOf(x + c) : 0.0f;
