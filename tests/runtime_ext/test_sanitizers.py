@@ -50,7 +50,7 @@ REPORTS = ["ERROR: AddressSanitizer", "runtime error:", "new-delete-type-mismatc
 # Runs under the sanitizers with one instruction set: every case, then releases everything and exits.
 CHILD = r"""
 import gc, importlib.util, itertools, os, sys, warnings
-import numpy as np, onnxruntime as ort
+import ml_dtypes, numpy as np, onnxruntime as ort
 from onnx import TensorProto, TypeProto, helper
 # the float64 references alone (pure numpy): not the op package, whose import takes seconds
 ops_spec = importlib.util.find_spec("ascend_grad.ops")
@@ -91,10 +91,34 @@ def run(s, feeds):
     runs += 1
     return dict(zip(names, (_from_ort_value(v) for v in values)))
 
-def check(got, expected, what):
+def check(got, expected, what, scales=None):
     for name, (ref, dtype) in expected.items():
         assert got[name].dtype == dtype, (what, name, got[name].dtype, dtype)
-        assert_close(got[name], ref, f"{what}/{name}", tolerance=TOLERANCE[np.dtype(dtype)])
+        tolerance = TOLERANCE[np.dtype(dtype)]
+        if name in (scales or {}):  # NaN and infinities where the reference has them, then the size
+            assert_close(got[name], ref, f"{what}/{name}", tolerance=1e300)
+            both = np.isfinite(ref) & np.isfinite(got[name])
+            diff = np.abs(got[name].astype(np.float64) - ref)[both].max(initial=0.0)
+            bound = tolerance * max(scales[name], np.abs(ref[np.isfinite(ref)]).max(initial=0.0))
+            bound += float(ml_dtypes.finfo(got[name].dtype).smallest_subnormal)  # (as assert_close)
+            assert diff <= bound, f"{what}/{name}: {diff:.3g} > {bound:.3g}"
+        else:
+            assert_close(got[name], ref, f"{what}/{name}", tolerance=tolerance)
+
+def term_sizes(inputs, G, fmt):
+    # dgamma and dbeta sum N * HxW terms per channel that cancel: a float sum is exact to eps times
+    # the sum of |terms|, not to eps times a result near 0 (one channel's dgamma was 1e-3 of it:
+    # 2.4e-4 "relative error" at (2, 15, 1) NHWC). Those sums, the largest over the channels.
+    f64 = {k: np.asarray(v, np.float64) for k, v in inputs.items()}
+    x, dy = (np.moveaxis(f64[k], -1, 1) if fmt == "NHWC" else f64[k] for k in ("x", "dy"))
+    N, C = x.shape[:2]
+    xhat = ((x.reshape(N, G, -1) - f64["mean"].reshape(N, G, 1)) * f64["rstd"].reshape(N, G, 1)).reshape(x.shape)
+    per_channel = (1, C) + (1,) * (x.ndim - 2)
+    z = xhat * f64["gamma"].reshape(per_channel) + f64["beta"].reshape(per_channel)
+    s = 1.0 / (1.0 + np.exp(-z))
+    g = np.abs(dy * (s + z * s * (1.0 - s)))
+    axes = (0, *range(2, x.ndim))
+    return {"dgamma": np.nansum(g * np.abs(xhat), axis=axes).max(initial=0.0), "dbeta": np.nansum(g, axis=axes).max(initial=0.0)}
 
 def reject(s, feeds, words, what):
     global rejected
@@ -195,7 +219,8 @@ for turn, ((T, U), fmt, G) in enumerate(itertools.product(itertools.product(DT, 
         ref = reference.group_norm_swish_grad(*inputs.values(), G, data_format=fmt)
         if x.size == 0:
             ref = (ref[0], np.zeros(C), np.zeros(C))  # sums over nothing
-        check(run(bwd, inputs), {"dx": (ref[0], T), "dgamma": (ref[1], U), "dbeta": (ref[2], U)}, "bwd " + what)
+        check(run(bwd, inputs), {"dx": (ref[0], T), "dgamma": (ref[1], U), "dbeta": (ref[2], U)}, "bwd " + what,
+              scales=term_sizes(inputs, G, fmt) if x.size else None)
     if T == U == F32 and fmt == "NCHW" and G == 1:
         # hostile shapes (findings: signed overflow, a std::length_error across the C API)
         e = np.zeros(0, np.float32)
@@ -296,7 +321,7 @@ def sanitized_library():
 
 def test_every_kernel_under_address_and_undefined_behaviour_sanitizers(sanitized_library):
     isas, skipped = ISAS, sorted(set(ISA_FLAGS) - set(ISAS))
-    seed = int.from_bytes(os.urandom(4), "little")
+    seed = int(os.environ.get("ASCEND_GRAD_SEED") or int.from_bytes(os.urandom(4), "little"))  # (replays a failure)
     total, start = 0, time.monotonic()
     for isa in isas:
         env = _sanitized_env(ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1")
