@@ -84,3 +84,47 @@ def installed_beside(tmp_path_factory):
         return made[distribution]
 
     return get
+
+
+_ORT_TRAINING_CHILD = r"""
+import sys, numpy as np, onnxruntime as ort
+library, original, fused, inputs, out = sys.argv[1:]
+feeds = dict(np.load(inputs))
+results = {}
+for tag, path, register in (("original", original, False), ("fused", fused, True)):
+    options = ort.SessionOptions()
+    if register:
+        options.register_custom_ops_library(library)
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    for o, v in zip(session.get_outputs(), session.run(None, feeds)):
+        results[f"{tag}/{o.name}"] = v
+np.savez(out, **results)
+"""
+
+
+@pytest.fixture
+def in_onnxruntime_training(tmp_path):
+    """in_onnxruntime_training(original, fused, feeds) -> {"original/<output>": array, "fused/<output>":
+    array}: both models (ModelProtos) run in the onnxruntime-training venv every such test shares
+    (models.ort_training.SPEC, made once under build/venvs), the fused one with the kernel library:
+    onnxruntime-training's own ops (QuickGeluGrad, TanhGrad, ...) run only there."""
+    import subprocess
+
+    import onnx
+
+    from ascend_grad import runtime_ext
+    from ascend_grad.models.ort_training import SPEC
+    from ascend_grad.venvs import venv_python
+
+    def run(original, fused, feeds):
+        paths = [tmp_path / "original.onnx", tmp_path / "fused.onnx", tmp_path / "inputs.npz", tmp_path / "out.npz"]
+        onnx.save(original, paths[0])
+        onnx.save(fused, paths[1])
+        np.savez(paths[2], **feeds)
+        python = venv_python(*SPEC, root=Path(__file__).resolve().parents[1] / "build" / "venvs")
+        done = subprocess.run([python, "-c", _ORT_TRAINING_CHILD, runtime_ext.library_path(), *map(str, paths)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return dict(np.load(paths[3]))
+
+    return run

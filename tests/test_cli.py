@@ -15,19 +15,11 @@ from onnx import TensorProto, helper
 from ascend_grad import cli
 from ascend_grad.graph_passes import fuse_backward_ops
 from ascend_grad.models import GRAPHS, graph_path
+from ascend_grad.testing import assert_one_line_error, run_cli
 
 
-def ascend_grad(*args):
-    script = shutil.which("ascend-grad", path=str(Path(sys.executable).parent))
-    return subprocess.run([script, *map(str, args)], capture_output=True, text=True)
-
-
-def _one_line_error(done, *fragments):
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ascend-grad: error:"), done.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
+ascend_grad = run_cli  # (the command as the tests below spell it)
+_one_line_error = assert_one_line_error
 
 
 def test_fuse_verify_report(tmp_path):

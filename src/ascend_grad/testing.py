@@ -186,3 +186,24 @@ def assert_close(out: np.ndarray, ref: np.ndarray, what: str = "output", toleran
             f"{what} ({out.dtype}): relative error {relative_error(out64, ref):.3g} > {bound:g}; "
             f"worst at {tuple(int(k) for k in i)}: got {out64[i]!r}, reference {ref[i]!r}"
         )
+
+
+def run_cli(*args):
+    """`ascend-grad ARGS...` as a user runs it: the console script beside this interpreter, in a
+    process of its own (stdout and stderr captured as text)."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = shutil.which("ascend-grad", path=str(Path(sys.executable).parent))
+    return subprocess.run([script, *map(str, args)], capture_output=True, text=True)
+
+
+def assert_one_line_error(done, *fragments) -> None:
+    """Bad input: exit 2 and one line "ascend-grad: error: ..." on stderr holding every fragment."""
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ascend-grad: error:"), done.stderr
+    for fragment in fragments:
+        assert fragment in lines[0]

@@ -3,18 +3,16 @@ the decomposed backward gone, a valid graph, the same outputs as before (with th
 the function bodies), PyTorch autograd's numbers, and nothing more to do on a second run."""
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
 
-from ascend_grad import DOMAIN, runtime_ext
+from ascend_grad import DOMAIN
 from ascend_grad.graph_passes import fuse_backward_ops
 from ascend_grad.models import GRAPHS, graph_path
 from ascend_grad.testing import run_kernels, run_onnxruntime
-from ascend_grad.venvs import venv_python
 from ascend_grad.verify import bound_for, random_feeds
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,36 +113,12 @@ def test_fused_joint_graphs_equal_pytorch_autograd(fused, name):
         assert error <= tolerance, f"{output}: relative error {error:.2e}"
 
 
-CHILD = r"""
-import sys, numpy as np, onnxruntime as ort
-library, original, fused, inputs, out = sys.argv[1:]
-feeds = dict(np.load(inputs))
-results = {}
-for tag, path, register in (("original", original, False), ("fused", fused, True)):
-    options = ort.SessionOptions()
-    if register:
-        options.register_custom_ops_library(library)
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    for o, v in zip(session.get_outputs(), session.run(None, feeds)):
-        results[f"{tag}/{o.name}"] = v
-np.savez(out, **results)
-"""
-
-
 @pytest.mark.parametrize("name", TRAINING)
-def test_onnxruntime_training_graphs_in_onnxruntime_training(fused, tmp_path, name):
+def test_onnxruntime_training_graphs_in_onnxruntime_training(fused, in_onnxruntime_training, name):
     """QuickGeluGrad & co. run only in onnxruntime-training: original and fused side by side there."""
     model, _ = fused(name)
-    onnx.save(model, tmp_path / "fused.onnx")
     original = onnx.load(graph_path(name))
-    np.savez(tmp_path / "inputs.npz", **random_feeds(original))
-    from ascend_grad.models.ort_training import SPEC  # (one venv for every onnxruntime-training test)
-
-    python = venv_python(*SPEC, root=REPO / "build" / "venvs")
-    done = subprocess.run([python, "-c", CHILD, runtime_ext.library_path(), str(graph_path(name)), str(tmp_path / "fused.onnx"),
-                           str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    results = np.load(tmp_path / "out.npz")
+    results = in_onnxruntime_training(original, model, random_feeds(original))
     for output in [o.name for o in original.graph.output]:
         want, got = results[f"original/{output}"], results[f"fused/{output}"]
         assert np.abs(got - want).max() <= 1e-5 * (np.abs(want).max() or 1.0), output

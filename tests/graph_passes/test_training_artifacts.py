@@ -26,6 +26,7 @@ from ascend_grad.graph_passes import NotArtifacts, fuse_training_artifacts
 
 torch = pytest.importorskip("torch")
 from ascend_grad.models import modules, ort_training  # noqa: E402  (needs torch)
+from ascend_grad.testing import assert_one_line_error, run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, LR = 5, 1e-3  # AdamW steps compared, on the same batch
@@ -255,17 +256,8 @@ def test_folders_that_are_not_artifacts(tmp_path, artifacts):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["partial"]
 
 
-def ascend_grad(*args):
-    script = shutil.which("ascend-grad", path=str(Path(sys.executable).parent))
-    return subprocess.run([script, *map(str, args)], capture_output=True, text=True)
-
-
-def _one_line_error(done, *fragments):
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ascend-grad: error:"), done.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
+ascend_grad = run_cli  # (the command as the tests below spell it)
+_one_line_error = assert_one_line_error
 
 
 def test_command_line(artifacts, tmp_path):
