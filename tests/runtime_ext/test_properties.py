@@ -435,6 +435,8 @@ def test_group_norm_swish_grad(T, U, family):
                                                       dgamma_is_require=bool(dgamma_flag), dbeta_is_require=bool(dbeta_flag))
         got = _run(_session("GroupNormSwishGrad", inputs, threads, **attrs), feeds)
         for name, expected, dtype in zip(("dx", "dgamma", "dbeta"), ref, (T, U, U)):
+            if not _resolvable(expected, (), dtype):  # a whole result below 2^-120 (module doc): dx of
+                continue  # 3.5e-41 came out 0.5% off through float32 subnormals, whatever the kernel
             _check(got[name], expected, name, dtype)
 
     prop()
