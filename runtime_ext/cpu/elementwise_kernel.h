@@ -1,19 +1,23 @@
 // The loop every elementwise gradient shares: load two inputs of any float type, apply the op's
 // vector math, round once to the output type. Tails go through a padded vector, so every element
-// takes the same arithmetic (results do not depend on where a chunk boundary falls).
+// takes the same arithmetic (results do not depend on where a chunk boundary falls, nor on the
+// order the vectors are walked in).
 #pragma once
 
+#include "cpu/page_walk.h"
 #include "cpu/simd.h"
 
 namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
-template <typename Op, typename TDy, typename TX, typename TOut, bool kDyBroadcast, bool kXBroadcast, bool kStream>
-void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n) {
+// out[i] = Op(dy[i], x[i]) for i < n. The first `head` elements (fewer than a vector) and the
+// last ones go through padded vectors, so the whole vectors between store to `out + head` on.
+template <typename Op, typename TDy, typename TX, typename TOut, bool kDyBroadcast, bool kXBroadcast, bool kStream,
+          bool kBackward = false>
+void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t head = 0) {
   const Vec dy_one = kDyBroadcast ? Vec::Broadcast(ToFloat(dy[0])) : Vec::Zero();
   const Vec x_one = kXBroadcast ? Vec::Broadcast(ToFloat(x[0])) : Vec::Zero();
-  size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
+  auto whole = [&](size_t i) {
     const Vec a = kDyBroadcast ? dy_one : Vec::Load(dy + i);
     const Vec b = kXBroadcast ? x_one : Vec::Load(x + i);
     if (kStream) {
@@ -21,12 +25,51 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n) {
     } else {
       Op::Apply(a, b).Store(out + i);
     }
+  };
+  auto partial = [&](size_t i, size_t count) {
+    if (count == 0) return;
+    const Vec a = kDyBroadcast ? dy_one : LoadPartial(dy + i, count);
+    const Vec b = kXBroadcast ? x_one : LoadPartial(x + i, count);
+    StorePartial(Op::Apply(a, b), out + i, count);
+  };
+  if (head > n) head = n;
+  const size_t end = n - (n - head) % kLanes;  // whole vectors in [head, end)
+  if (kBackward) {
+    partial(end, n - end);
+    for (size_t i = end; i > head;) whole(i -= kLanes);
+    partial(0, head);
+  } else {
+    partial(0, head);
+    for (size_t i = head; i < end; i += kLanes) whole(i);
+    partial(end, n - end);
   }
-  if (i < n) {
-    const Vec a = kDyBroadcast ? dy_one : LoadPartial(dy + i, n - i);
-    const Vec b = kXBroadcast ? x_one : LoadPartial(x + i, n - i);
-    StorePartial(Op::Apply(a, b), out + i, n - i);
+}
+
+// Both inputs streams, placed so that neither walk is free of 4K aliasing (page_walk.h): each
+// block is computed into a scratch block placed clear of all three streams, then copied to out
+// backward, which leaves the block's first stores pending when the next block's loads start
+// kStageBytes further on (clear: the inputs' gaps lie within kAliasBytes of 0). out + head is
+// aligned for non-temporal stores.
+template <typename Op, typename TDy, typename TX, typename TOut>
+void StagedLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t head) {
+  constexpr size_t kBlock = kStageBytes / sizeof(TOut);
+  static_assert(kBlock % kLanes == 0, "a block is whole vectors");
+  TOut* stage = reinterpret_cast<TOut*>(PlaceStage(Scratch<unsigned char>(kStageBytes + kPageBytes, 0), dy, x, out));
+  ElementwiseLoop<Op, TDy, TX, TOut, false, false, false>(dy, x, out, head);
+  for (size_t start = head; start < n; start += kBlock) {
+    const size_t m = n - start < kBlock ? n - start : kBlock;
+    ElementwiseLoop<Op, TDy, TX, TOut, false, false, false>(dy + start, x + start, stage, m);
+    StreamBackward(stage, out + start, m * sizeof(TOut));
   }
+}
+
+// Elements before out + head is aligned for non-temporal stores; false if no whole number is.
+template <typename TOut>
+bool StreamHead(const TOut* out, size_t* head) {
+  constexpr uintptr_t kAlign = kLanes * 4;
+  const uintptr_t bytes = (kAlign - reinterpret_cast<uintptr_t>(out) % kAlign) % kAlign;
+  *head = bytes / sizeof(TOut);
+  return bytes % sizeof(TOut) == 0;
 }
 
 template <typename Op, typename TDy, typename TX, typename TOut>
@@ -34,17 +77,28 @@ void Elementwise(const void* dy, bool dy_broadcast, const void* x, bool x_broadc
   const auto* a = static_cast<const TDy*>(dy);
   const auto* b = static_cast<const TX*>(x);
   auto* c = static_cast<TOut*>(out);
+  // only an input of the output's element size keeps its place in the page relative to out
+  const void* dy_stream = !dy_broadcast && sizeof(TDy) == sizeof(TOut) ? dy : nullptr;
+  const void* x_stream = !x_broadcast && sizeof(TX) == sizeof(TOut) ? x : nullptr;
+  const Walk walk = ChooseWalk(out, dy_stream, x_stream);
+  size_t head = 0;
   if (dy_broadcast && x_broadcast) {
     ElementwiseLoop<Op, TDy, TX, TOut, true, true, false>(a, b, c, n);
   } else if (dy_broadcast) {
-    ElementwiseLoop<Op, TDy, TX, TOut, true, false, false>(a, b, c, n);
+    if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, true, false, false, true>(a, b, c, n);
+    else ElementwiseLoop<Op, TDy, TX, TOut, true, false, false>(a, b, c, n);
   } else if (x_broadcast) {
-    ElementwiseLoop<Op, TDy, TX, TOut, false, true, false>(a, b, c, n);
-  } else if (stream && StreamAligned(c)) {  // the big same-shape case
-    ElementwiseLoop<Op, TDy, TX, TOut, false, false, true>(a, b, c, n);
+    if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, true, false, true>(a, b, c, n);
+    else ElementwiseLoop<Op, TDy, TX, TOut, false, true, false>(a, b, c, n);
+  } else if (stream && StreamHead(c, &head)) {  // the big same-shape case
+    if (walk == Walk::kStaged) StagedLoop<Op>(a, b, c, n, head);
+    else if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, false, true, true>(a, b, c, n, head);
+    else ElementwiseLoop<Op, TDy, TX, TOut, false, false, true>(a, b, c, n, head);
     StreamFence();
   } else {
-    ElementwiseLoop<Op, TDy, TX, TOut, false, false, false>(a, b, c, n);
+    // cached outputs: staging costs more than the stalls it saves (measured, page_walk.h)
+    if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, false, false, true>(a, b, c, n);
+    else ElementwiseLoop<Op, TDy, TX, TOut, false, false, false>(a, b, c, n);
   }
 }
 

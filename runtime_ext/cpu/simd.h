@@ -307,9 +307,5 @@ inline SigmoidParts SigmoidOf(Vec u) {
   return {q, e * q, Less(u, Vec::Zero())};
 }
 
-// Non-temporal stores for outputs far bigger than the caches (no read-for-ownership of the
-// destination); the pointer must be aligned to the vector width.
-inline bool StreamAligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % (kLanes * 4) == 0; }
-
 }  // namespace ASCEND_GRAD_ISA
 }  // namespace ascend_grad

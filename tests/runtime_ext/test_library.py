@@ -53,14 +53,16 @@ def test_kernels_run_a_model_with_no_function_body(rng):
 @pytest.mark.skipif(os.environ.get("ASCEND_GRAD_ISA") is not None, reason="already inside an instruction-set run")
 @pytest.mark.parametrize("isa", ["avx512bf16", "avx512", "avx2", "generic"])
 def test_every_instruction_set_passes_the_op_tests(isa):
-    """The op tests' kernel cases again, with the library forced onto each instruction set."""
+    """The op tests' kernel cases and the page-offset tests again, with the library forced onto each
+    instruction set."""
     needs = {"avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"],
              "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"], "avx2": ["avx2", "fma", "f16c"], "generic": []}
     missing = [flag for flag in needs[isa] if not _cpu_has(flag)]
     if missing:
         pytest.skip(f"this CPU lacks {missing}")
     env = dict(os.environ, ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1")
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-k", "kernels", "-p", "no:cacheprovider", "-s", str(REPO / "tests" / "ops")]
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-k", "kernels", "-p", "no:cacheprovider", "-s", str(REPO / "tests" / "ops"),
+               str(REPO / "tests" / "runtime_ext" / "test_offsets.py")]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"ascend-grad: {isa} kernels" in done.stderr + done.stdout

@@ -1,0 +1,283 @@
+"""Every CPU kernel gives bit-identical outputs whatever the page offsets of its tensors.
+
+The kernels are to choose code paths from where their input and output tensors sit within a
+4 KiB page (to dodge 4K-aliasing stalls: walking a chunk backward, staging results through a
+scratch buffer). Such a fix must move bytes only, never change the arithmetic or its order: so
+each op runs with its streamed inputs (gradOutput/dy, self/x) and its outputs placed at a designed
+set of byte offsets into a page (equal, output just after, just before or far from the inputs,
+inputs apart), bound in place through IO binding, and every result must equal, bit for bit, the
+result at offsets (0, 0, 0) with one thread; with 2 threads too. The offsets cover every walk the
+kernels may choose (forward, backward, staged). Every test's name holds "kernels", the -k filter
+of test_library's reruns under each instruction set.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from ascend_grad import ops, runtime_ext
+from ascend_grad.testing import FLOAT_DTYPES, to_ort_value
+
+F32, F16, BF16 = FLOAT_DTYPES["float32"], FLOAT_DTYPES["float16"], FLOAT_DTYPES["bfloat16"]
+PAGE = 4096
+
+# (gradOutput/dy, self/x, outputs) byte offsets into a page; GroupNormSwish has no gradient input
+# and puts gamma and beta at the first offset. The first triple is the baseline.
+OFFSETS = [
+    (0, 0, 0), (16, 16, 16),  # all equal
+    (16, 16, 64), (0, 0, 48), (528, 528, 576),  # output just after the inputs
+    (64, 64, 16), (4080, 4080, 4032),  # output just before
+    (16, 16, 2064),  # output half a page away
+    (128, 16, 64), (16, 128, 64),  # output between the inputs
+    (0, 528, 16), (4032, 48, 0),  # inputs apart
+]
+THREADS = [1, 2]
+
+# A signalling NaN with a payload: no arithmetic produces it, so finding it afterwards means the
+# kernel did not write that element of the array we placed.
+SENTINEL = {F32: np.uint32(0x7FA5A5A5), F16: np.uint16(0x7D5A), BF16: np.uint16(0x7FA5)}
+UINT = {4: np.uint32, 2: np.uint16}
+
+ELEMENTWISE_SIZES = [16384 * 2 + 13, 1000]  # over two work chunks, not a multiple of 8 or 16; one small
+GROUP_NORM_SHAPE, G = (2, 16, 33, 37), 4  # (N, C, H, W): HxW = 1221, not a multiple of 16
+
+
+def placed(shape, dtype, offset: int) -> np.ndarray:
+    """A C-contiguous array of `shape` and `dtype` (bfloat16 included) whose first byte is
+    `offset` bytes into a 4096-byte page; it is a view that keeps its own buffer alive."""
+    dtype = np.dtype(dtype)
+    assert offset % dtype.itemsize == 0 and 0 <= offset < PAGE
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(size + 2 * PAGE, np.uint8)
+    start = (-raw.ctypes.data) % PAGE + offset
+    array = raw[start:start + size].view(dtype).reshape(shape)
+    assert array.ctypes.data % PAGE == offset and array.flags.c_contiguous
+    return array
+
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    return array.view(UINT[array.dtype.itemsize])
+
+
+def _bound(array: np.ndarray):
+    """An OrtValue over the array's own memory (no copy: checked)."""
+    value = to_ort_value(array)
+    assert value.data_ptr() == array.ctypes.data
+    return value
+
+
+_SESSIONS: dict = {}
+_LIBRARY: list = []
+
+
+def _library() -> str:
+    """A private copy of the kernel library, taken once per run (as in test_properties): the library
+    is rebuilt in place while others work in this checkout, and a mapped library overwritten under a
+    session crashes it."""
+    if not _LIBRARY:
+        _LIBRARY.append(shutil.copy(runtime_ext.library_path(), tempfile.mkdtemp(prefix="ascend_grad_offsets_")))
+    return _LIBRARY[0]
+
+
+def _session(op_type, inputs, threads, **attrs):
+    """One session per (op, input dtypes and shapes, attributes, threads); inputs maps each input
+    name to (dtype, shape with symbolic dims allowed)."""
+    key = (op_type, tuple((k, np.dtype(d).name, tuple(s)) for k, (d, s) in inputs.items()),
+           tuple(sorted(attrs.items())), threads)
+    if key not in _SESSIONS:
+        elem = {k: (helper.np_dtype_to_tensor_dtype(np.dtype(d)), list(s)) for k, (d, s) in inputs.items()}
+        model = ops.make_node_model(op_type, elem, **attrs)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.register_custom_ops_library(_library())
+        _SESSIONS[key] = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return _SESSIONS[key]
+
+
+def _run_placed(session, feeds, placed_inputs, outputs):
+    """Run with IO binding: the inputs named in placed_inputs (name -> offset) copied into placed
+    arrays, the others bound as they are; each output (name -> (dtype, shape, offset)) bound to a
+    placed array filled with SENTINEL. Returns {output name: the placed array, read afterwards}."""
+    binding = session.io_binding()
+    keep = []  # the input arrays, alive until the run is over
+    for name, value in feeds.items():
+        if name in placed_inputs:
+            array = placed(value.shape, value.dtype, placed_inputs[name])
+            array[...] = value
+        else:
+            array = np.ascontiguousarray(value)
+        keep.append(array)
+        binding.bind_ortvalue_input(name, _bound(array))
+    results = {}
+    for name, (dtype, shape, offset) in outputs.items():
+        array = placed(shape, dtype, offset)
+        _bits(array)[...] = SENTINEL[np.dtype(dtype)]
+        binding.bind_ortvalue_output(name, _bound(array))
+        results[name] = array
+    session.run_with_iobinding(binding)
+    for name, got in zip(outputs, binding.get_outputs()):
+        assert got.data_ptr() == results[name].ctypes.data, f"{name}: onnxruntime moved the output"
+    for name, array in results.items():
+        unwritten = np.flatnonzero(_bits(array) == SENTINEL[array.dtype])
+        assert unwritten.size == 0, f"{name}: {unwritten.size} elements not written, first at flat index {unwritten[0]}"
+    return results
+
+
+def _assert_offset_invariant(run, outputs):
+    """run(threads, triple) -> {output name: array}: every (threads, triple) of THREADS x OFFSETS must
+    give the bits that 1 thread gives at OFFSETS[0]."""
+    baseline = None
+    for threads in THREADS:
+        for triple in OFFSETS:
+            got = {name: _bits(a).copy() for name, a in run(threads, triple).items()}
+            if baseline is None:
+                baseline = got
+                continue
+            for name, bits in got.items():
+                differ = np.flatnonzero(bits != baseline[name])
+                assert differ.size == 0, (
+                    f"{name} at offsets {triple} with {threads} thread(s): "
+                    f"{differ.size} elements differ from offsets {OFFSETS[0]} with 1 thread; first at flat index "
+                    f"{differ[0]}: {bits.reshape(-1)[differ[0]]:#x} != {baseline[name].reshape(-1)[differ[0]]:#x}"
+                )
+    assert set(baseline) == set(outputs)
+
+
+def _with_specials(rng, x: np.ndarray, where=None) -> np.ndarray:
+    """x (float64) with twice NaN, +inf, -inf, +-90, 87.5, -88.7 (exp(-|x|) near float's smallest
+    normal) and -103 (near its smallest subnormal) at random places in x[where] (all of x by default)."""
+    x = np.array(x, copy=True)
+    where = ... if where is None else where
+    region = np.array(x[where])
+    values = [np.nan, np.inf, -np.inf, 90.0, -90.0, 87.5, -88.7, -103.0]
+    region.reshape(-1)[rng.choice(region.size, 2 * len(values), replace=False)] = values * 2
+    x[where] = region
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
+# SiluBackward, MishBackward
+
+# (op, gradOutput dtype, self dtype, gradOutput shape, self shape): "n" is each size in turn
+ELEMENTWISE = [
+    *[("SiluBackward", T, T, ("n",), ("n",)) for T in (F32, F16, BF16)],
+    *[("MishBackward", T, T, ("n",), ("n",)) for T in (F32, F16, BF16)],
+    ("MishBackward", F16, F32, ("n",), ("n",)),
+    ("MishBackward", F32, F32, (3, "n"), (3, 1)),  # self one value along each row
+    ("MishBackward", F16, F16, (1,), (3, "n")),  # gradOutput one value for everything
+]
+# (the mixed pair's float16 gradOutput is no stream of the float32 output's element size: the
+# kernels place the walk by self alone there)
+
+
+def _elementwise_id(case):
+    op, go, x, go_shape, x_shape = case
+    shapes = "" if go_shape == x_shape else f"-{'x'.join(map(str, go_shape))}-by-{'x'.join(map(str, x_shape))}"
+    return f"{op}-{go.name}-{x.name}{shapes}"
+
+
+@pytest.mark.parametrize("n", ELEMENTWISE_SIZES)
+@pytest.mark.parametrize("case", ELEMENTWISE, ids=_elementwise_id)
+def test_elementwise_kernels_ignore_page_offsets(rng, case, n):
+    _check_elementwise(rng, case, n)
+
+
+# Outputs of 32 MiB and more take non-temporal stores, whose walks (and the staged copy) are their
+# own code: one float32 and one bfloat16 case just past that size.
+STREAMED = [(("SiluBackward", F32, F32, ("n",), ("n",)), (8 << 20) + 13),
+            (("MishBackward", BF16, BF16, ("n",), ("n",)), (16 << 20) + 13)]
+
+
+@pytest.mark.parametrize("case, n", STREAMED, ids=lambda v: _elementwise_id(v) if isinstance(v, tuple) else str(v))
+def test_streamed_elementwise_kernels_ignore_page_offsets(rng, case, n):
+    _check_elementwise(rng, case, n)
+
+
+def _check_elementwise(rng, case, n):
+    op_type, go_dtype, x_dtype, go_dims, x_dims = case
+    go_shape = tuple(n if d == "n" else d for d in go_dims)
+    x_shape = tuple(n if d == "n" else d for d in x_dims)
+    out_shape = np.broadcast_shapes(go_shape, x_shape)
+    out_dtype = go_dtype if go_dtype == x_dtype else F32
+    grad_output = np.asarray(rng.standard_normal(go_shape)).astype(go_dtype)
+    x = rng.standard_normal(x_shape) * 4
+    if x_shape[-1] == n:  # (a broadcast self of 3 values keeps them finite: a NaN would fill its row)
+        x = _with_specials(rng, x)
+    x = x.astype(x_dtype)
+    inputs = {"gradOutput": (go_dtype, go_dims), "self": (x_dtype, x_dims)}
+
+    def run(threads, triple):
+        go_offset, x_offset, out_offset = triple
+        return _run_placed(_session(op_type, inputs, threads), {"gradOutput": grad_output, "self": x},
+                           {"gradOutput": go_offset, "self": x_offset},
+                           {"gradInput": (out_dtype, out_shape, out_offset)})
+
+    _assert_offset_invariant(run, ["gradInput"])
+
+
+# ---------------------------------------------------------------------------------------------
+# GroupNormSwish, GroupNormSwishGrad
+
+
+def _group_norm_inputs(rng, T, data_format):
+    """(layout shape, x of dtype T): scale 4, a few +-90; NaN, +-inf only in sample 1, groups 0
+    and 1 (a non-finite value turns its whole group into NaN: the other groups keep their digits)."""
+    Cg = GROUP_NORM_SHAPE[1] // G
+    x = _with_specials(rng, rng.standard_normal(GROUP_NORM_SHAPE) * 4, np.s_[1, :2 * Cg])
+    x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [90.0, -90.0, 89.0, -89.5, 60.0, -75.0]
+    if data_format == "NHWC":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    return x.shape, x.astype(T)
+
+
+def _group_norm_id(value):
+    return value.name if isinstance(value, np.dtype) else str(value)
+
+
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("T", [F32, F16, BF16], ids=_group_norm_id)
+def test_group_norm_swish_kernels_ignore_page_offsets(rng, T, data_format):
+    U = F32
+    N, C = GROUP_NORM_SHAPE[:2]
+    shape, x = _group_norm_inputs(rng, T, data_format)
+    feeds = {"x": x, "gamma": (rng.standard_normal(C) * 1.5).astype(U), "beta": rng.standard_normal(C).astype(U)}
+    inputs = {k: (v.dtype, v.shape) for k, v in feeds.items()}
+    attrs = dict(num_groups=G, eps=1e-5, swish_scale=1.0, activate_swish=1, data_format=data_format)
+
+    def run(threads, triple):
+        param_offset, x_offset, out_offset = triple
+        outputs = {"y": (T, shape, out_offset), "mean": (U, (N, G), out_offset), "rstd": (U, (N, G), out_offset)}
+        return _run_placed(_session("GroupNormSwish", inputs, threads, **attrs), feeds,
+                           {"x": x_offset, "gamma": param_offset, "beta": param_offset}, outputs)
+
+    _assert_offset_invariant(run, ["y", "mean", "rstd"])
+
+
+@pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("T", [F32, F16, BF16], ids=_group_norm_id)
+def test_group_norm_swish_grad_kernels_ignore_page_offsets(rng, T, data_format):
+    U = F32
+    C = GROUP_NORM_SHAPE[1]
+    shape, x = _group_norm_inputs(rng, T, data_format)
+    gamma, beta = (rng.standard_normal(C) * 1.5).astype(U), rng.standard_normal(C).astype(U)
+    with np.errstate(all="ignore"):  # mean and rstd as the forward hands them over (NaN where x has them)
+        _, mean, rstd = ops.reference.group_norm_swish(x, gamma, beta, G, data_format=data_format)
+    feeds = {"dy": rng.standard_normal(shape).astype(T), "mean": mean.astype(U), "rstd": rstd.astype(U), "x": x,
+             "gamma": gamma, "beta": beta}
+    inputs = {k: (v.dtype, v.shape) for k, v in feeds.items()}
+    attrs = dict(num_groups=G, swish_scale=1.0, dgamma_is_require=1, dbeta_is_require=1, data_format=data_format)
+
+    def run(threads, triple):
+        dy_offset, x_offset, out_offset = triple
+        outputs = {"dx": (T, shape, out_offset), "dgamma": (U, (C,), out_offset), "dbeta": (U, (C,), out_offset)}
+        return _run_placed(_session("GroupNormSwishGrad", inputs, threads, **attrs), feeds,
+                           {"dy": dy_offset, "x": x_offset}, outputs)
+
+    _assert_offset_invariant(run, ["dx", "dgamma", "dbeta"])
