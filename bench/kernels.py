@@ -4,15 +4,21 @@
 
 For each case it prints medians (ms) of
   fused      onnxruntime with the ascend-grad kernel library (the op as one node),
-  aten       PyTorch eager: aten.silu_backward / aten.mish_backward; for GroupNorm+SiLU the
-             recompute path native_group_norm + silu_backward + native_group_norm_backward,
+  aten       PyTorch eager: aten.silu_backward / aten.mish_backward; for GroupNormSwishGrad the
+             recompute path native_group_norm + silu_backward + native_group_norm_backward; for
+             GroupNormSwish (the forward) native_group_norm + silu,
   compile    the same PyTorch function through torch.compile (inductor),
-  decomposed onnxruntime running the op's ONNX function body (primitive ops, inlined),
+  decomposed onnxruntime running the op's ONNX function body (primitive ops, inlined); for
+             GroupNormSwish the exporters' spelling instead (Reshape, InstanceNormalization,
+             Reshape, Mul, Add, Sigmoid, Mul: what the graph pass replaces),
   floor      the memory-bandwidth floor: bytes that must move / streaming bandwidth measured in
              this run (an onnxruntime Add over arrays of the same size and thread count),
 and the ratios competitor / fused (higher is better for us) and fused / floor (1.0 is the floor).
 Elementwise cases move 2 inputs and 1 output; GroupNormSwishGrad is two passes (x, dy; then x, dy
-again and dx): 5 arrays of T.
+again and dx): 5 arrays of T; GroupNormSwish two (x; then x again and y): 3.
+
+After the table it runs bench/alignment.py's sweeps (--no-sweep skips them): every instruction-set
+path timed, and each kernel with its tensors at chosen places in their pages.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ class Row:
     fused: float
     aten: float | None
     compiled: float | None
-    decomposed: float
+    decomposed: float | None
     floor: float
 
     def cells(self) -> list[str]:
@@ -153,6 +159,64 @@ def group_norm_rows(shape, dtype, threads, torch, compile_too):
     return Row(f"GroupNormSwishGrad {shape} G={GROUPS}", dtype.name, threads, fused, aten, compiled, decomposed, floor)
 
 
+def exporter_group_norm_swish(shape, num_groups, dtype, eps=1e-5):
+    """GroupNorm + SiLU as torch.onnx writes it: Reshape to (N, G, -1), InstanceNormalization with
+    unit scale and zero bias, Reshape back, Mul gamma, Add beta (both (C, 1, 1)), Sigmoid, Mul."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    N, C = shape[:2]
+    elem = TensorProto.BFLOAT16 if dtype == BFLOAT16 else helper.np_dtype_to_tensor_dtype(dtype)
+    spatial = [1] * (len(shape) - 2)
+
+    def const(name, values):  # (make_tensor rounds float values to float16 / bfloat16)
+        return helper.make_tensor(name, elem, [len(values)], [float(v) for v in values])
+
+    nodes = [helper.make_node("Reshape", ["x", "grouped"], ["g"]),
+             helper.make_node("InstanceNormalization", ["g", "ones_G", "zeros_G"], ["n"], epsilon=eps),
+             helper.make_node("Shape", ["x"], ["x_shape"]),
+             helper.make_node("Reshape", ["n", "x_shape"], ["back"]),
+             helper.make_node("Mul", ["back", "gamma"], ["scaled"]),
+             helper.make_node("Add", ["scaled", "beta"], ["z"]),
+             helper.make_node("Sigmoid", ["z"], ["s"]),
+             helper.make_node("Mul", ["z", "s"], ["y"])]
+    initializers = [numpy_helper.from_array(np.array([N, num_groups, -1], np.int64), "grouped"),
+                    const("ones_G", np.ones(num_groups)), const("zeros_G", np.zeros(num_groups))]
+    graph = helper.make_graph(
+        nodes, "exporter_group_norm_swish",
+        [helper.make_tensor_value_info("x", elem, list(shape)),
+         helper.make_tensor_value_info("gamma", elem, [C, *spatial]),
+         helper.make_tensor_value_info("beta", elem, [C, *spatial])],
+        [helper.make_tensor_value_info("y", elem, list(shape))], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def group_norm_swish_rows(shape, dtype, threads, torch, compile_too):
+    rng = np.random.default_rng(0)
+    feeds = {k: v for k, v in group_norm_feeds(rng, shape, GROUPS, dtype, dtype).items() if k in ("x", "gamma", "beta")}
+    model = ops.make_node_model("GroupNormSwish", feeds, num_groups=GROUPS)
+    fused = median_ms(ort_runner(model, feeds, threads, True))
+    spatial = (1,) * (len(shape) - 2)
+    spelled = {"x": feeds["x"], "gamma": feeds["gamma"].reshape(-1, *spatial), "beta": feeds["beta"].reshape(-1, *spatial)}
+    try:
+        decomposed = median_ms(ort_runner(exporter_group_norm_swish(shape, GROUPS, dtype), spelled, threads, False))
+    except Exception:  # (onnxruntime's CPU InstanceNormalization has no bfloat16 kernel)
+        decomposed = None
+    aten = compiled = None
+    if torch is not None:
+        tdtype = TORCH_DTYPES[dtype.name](torch)
+
+        def forward(x, gamma, beta):
+            N, C = x.shape[:2]
+            z = torch.ops.aten.native_group_norm(x, gamma, beta, N, C, x.numel() // (N * C), GROUPS, 1e-5)[0]
+            return torch.ops.aten.silu(z)
+
+        args = tuple(torch.from_numpy(feeds[k].astype(np.float32)).to(tdtype) for k in ("x", "gamma", "beta"))
+        aten, compiled = _torch_timings(torch, forward, args, threads, compile_too)
+    n = int(np.prod(shape))
+    floor = 3 * n * dtype.itemsize / stream_bandwidth(n * dtype.itemsize, threads) * 1e3
+    return Row(f"GroupNormSwish {shape} G={GROUPS}", dtype.name, threads, fused, aten, compiled, decomposed, floor)
+
+
 def run(threads=(1, 2), dtypes=("float32", "bfloat16", "float16"), compile_too=True, out=sys.stdout) -> list[Row]:
     import platform
 
@@ -168,6 +232,8 @@ def run(threads=(1, 2), dtypes=("float32", "bfloat16", "float16"), compile_too=T
             cases = [lambda op=op, n=n: elementwise_rows(op, n, dtype, t, torch, compile_too)
                      for op in ("SiluBackward", "MishBackward") for n in SIZES]
             cases += [lambda shape=shape: group_norm_rows(shape, dtype, t, torch, compile_too) for shape in GROUP_NORM_SHAPES]
+            cases += [lambda shape=shape: group_norm_swish_rows(shape, dtype, t, torch, compile_too)
+                      for shape in GROUP_NORM_SHAPES]
             for case in cases:
                 row = case()
                 rows.append(row)

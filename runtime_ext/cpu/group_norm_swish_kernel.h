@@ -93,30 +93,25 @@ double RowSum(const T* row, int64_t n, F f) {
 // at M = 131072)
 template <typename T, typename F>
 void RowSums(const T* row, int64_t n, F centre, double* sum, double* squares) {
-  alignas(64) float lanes[kLanes];
-  double sum_lanes[kLanes] = {};
-  auto add = [&](Vec d) {
-    d.Store(lanes);
-    for (size_t l = 0; l < kLanes; ++l) sum_lanes[l] += static_cast<double>(lanes[l]);
-  };
+  DoubleLanes sum_lanes;
   for (int64_t start = 0; start < n; start += kSumBlock) {
     const int64_t end = start + kSumBlock < n ? start + kSumBlock : n;
     Vec acc2 = Vec::Zero();
     int64_t i = start;
     for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) {
       const Vec d = centre(Vec::Load(row + i));
-      add(d);
+      sum_lanes.Add(d);
       acc2 = Fma(d, d, acc2);
     }
     if (i < end) {
       const size_t count = static_cast<size_t>(end - i);
       const Vec d = KeepFirst(centre(LoadPartial(row + i, count)), count);
-      add(d);
+      sum_lanes.Add(d);
       acc2 = Fma(d, d, acc2);
     }
     *squares += ReduceAdd(acc2);
   }
-  for (size_t l = 0; l < kLanes; ++l) *sum += sum_lanes[l];
+  sum_lanes.AddTo(sum);
 }
 
 template <typename T>

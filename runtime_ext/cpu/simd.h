@@ -264,9 +264,45 @@ inline Vec ExpNeg(Vec y) {
 
 #endif
 
+// One double sum per float lane: Add(v) adds each lane of v, converted exactly, to its own sum;
+// AddTo(total) adds the lane sums to *total in lane order (the arithmetic of a scalar loop over lanes).
+struct DoubleLanes {
+#if defined(__AVX512F__)
+  __m512d low = _mm512_setzero_pd(), high = _mm512_setzero_pd();
+  void Add(Vec v) {
+    low = _mm512_add_pd(low, _mm512_cvtps_pd(_mm512_castps512_ps256(v.v)));
+    high = _mm512_add_pd(high, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v.v), 1))));
+  }
+  void AddTo(double* total) const {
+    alignas(64) double lanes[16];
+    _mm512_store_pd(lanes, low);
+    _mm512_store_pd(lanes + 8, high);
+    for (double lane : lanes) *total += lane;
+  }
+#elif defined(__AVX2__)
+  __m256d low = _mm256_setzero_pd(), high = _mm256_setzero_pd();
+  void Add(Vec v) {
+    low = _mm256_add_pd(low, _mm256_cvtps_pd(_mm256_castps256_ps128(v.v)));
+    high = _mm256_add_pd(high, _mm256_cvtps_pd(_mm256_extractf128_ps(v.v, 1)));
+  }
+  void AddTo(double* total) const {
+    alignas(32) double lanes[8];
+    _mm256_store_pd(lanes, low);
+    _mm256_store_pd(lanes + 4, high);
+    for (double lane : lanes) *total += lane;
+  }
+#else
+  double sum = 0.0;
+  void Add(Vec v) { sum += static_cast<double>(v.v); }
+  void AddTo(double* total) const { *total += sum; }
+#endif
+};
+
 // A partial vector (n < kLanes values) through a zero-padded buffer: tails take the same path.
+// (A whole vector loads directly: the channels-last kernels pass whole channel vectors through here.)
 template <typename T>
 inline Vec LoadPartial(const T* p, size_t n) {
+  if (n == kLanes) return Vec::Load(p);
   T buffer[kLanes];
   std::memset(buffer, 0, sizeof(buffer));
   std::memcpy(buffer, p, n * sizeof(T));
@@ -275,6 +311,7 @@ inline Vec LoadPartial(const T* p, size_t n) {
 
 template <typename T>
 inline void StorePartial(Vec v, T* p, size_t n) {
+  if (n == kLanes) return v.Store(p);
   T buffer[kLanes];
   v.Store(buffer);
   std::memcpy(p, buffer, n * sizeof(T));

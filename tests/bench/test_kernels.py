@@ -15,3 +15,22 @@ def test_without_torch_the_columns_are_na_and_it_says_why(monkeypatch, capsys):
         kernels._torch.cache_clear()
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and "PyTorch is not installed" in lines[0] and "[torch]" in lines[0]
+
+
+def test_the_exporter_spelling_computes_group_norm_swish():
+    """The competitor of the GroupNormSwish rows computes the op itself (else its ratio means nothing)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from ascend_grad import ops
+    from ascend_grad.testing import assert_close
+
+    rng = np.random.default_rng(0)
+    shape, G = (2, 12, 5, 7), 3
+    x = rng.standard_normal(shape).astype(np.float32) * 3 + 1
+    gamma, beta = rng.standard_normal(12).astype(np.float32), rng.standard_normal(12).astype(np.float32)
+    model = kernels.exporter_group_norm_swish(shape, G, np.dtype(np.float32))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {"x": x, "gamma": gamma.reshape(12, 1, 1), "beta": beta.reshape(12, 1, 1)})
+    want = ops.reference.group_norm_swish(x, gamma, beta, G)[0]
+    assert_close(y, want)
