@@ -247,8 +247,14 @@ def main(argv=None, prog: str | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "float16"], choices=list(DTYPES))
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles each case once)")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the alignment sweep (bench/alignment.py)")
     args = parser.parse_args(argv)
     run(tuple(args.threads), tuple(args.dtypes), not args.no_compile)
+    if not args.no_sweep:
+        from ascend_grad.bench import alignment
+
+        print()
+        alignment.main(["--threads", *map(str, args.threads), "--dtypes", *args.dtypes])
     return 0
 
 

@@ -18,6 +18,43 @@ def cpu_model() -> str:
     return found.group(1).strip() if found else (platform.processor() or platform.machine())
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+    try:
+        found = re.search(r"^flags\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
+    except OSError:
+        found = None
+    return set(found.group(1).split()) if found else set()
+
+
+def cpu_caches() -> str:
+    """The data caches of CPU 0, from sysfs: "L1d 32K, L2 512K, L3 32768K (shared by 0-1)"."""
+    parts = []
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size, shared = ((index / name).read_text().strip() for name in
+                                         ("level", "type", "size", "shared_cpu_list"))
+        except OSError:
+            continue
+        if kind != "Instruction":
+            parts.append(f"L{level}{'d' if kind == 'Data' else ''} {size}" + (f" (shared by {shared})" if "-" in shared or "," in shared else ""))
+    return ", ".join(parts) or "unknown"
+
+
+def kernel_isa() -> str:
+    """The instruction set the kernel library picks on this CPU (its ASCEND_GRAD_VERBOSE line, from a
+    child process: the choice is made once, when a process first loads the library)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ASCEND_GRAD_ISA"}
+    env["ASCEND_GRAD_VERBOSE"] = "1"
+    done = subprocess.run([sys.executable, "-c", "from ascend_grad import runtime_ext; runtime_ext.session_options()"],
+                          capture_output=True, text=True, env=env)
+    found = re.search(r"ascend-grad: (\w+) kernels", done.stderr)
+    return found.group(1) if found else "unknown"
+
+
 def machine(torch=None) -> str:
     """One line: CPU, cores, Python, onnxruntime, torch, today."""
     import onnxruntime as ort

@@ -1,0 +1,285 @@
+"""The alignment sweep: each kernel with its tensors at chosen places in their 4 KiB pages, and
+every instruction-set path of the library timed on this machine.
+
+    python -m ascend_grad.bench.alignment [--threads 1 2] [--dtypes float32 bfloat16] [--write]
+
+Placements: PLACEMENTS lists (gradient input, self/x, output) byte offsets into a page: all equal,
+the output just after the inputs (numpy's arrays lie 16 bytes into their pages, onnxruntime's arena
+hands out 64-byte-aligned blocks), just before, half a page away, between the inputs, inputs apart.
+Each is bound in place through IO binding (numpy arrays placed so); "arena" puts the inputs in
+OrtValues onnxruntime allocates and takes the outputs from the session's arena.
+
+The sweep table gives, per case, the median ms at the worst and the best placement (which ones),
+worst / best, the arena placement, PyTorch ATen on the same placed inputs (its worst and best), and
+the floor: an onnxruntime Add over float32 arrays of the same bytes at the same placement, scaled
+to the arrays the kernel moves (3 for the elementwise ops and GroupNormSwish, 5 for
+GroupNormSwishGrad: see bench/kernels.py); fused / floor is at the worst placement.
+
+The instruction-set table times each path the CPU has (ASCEND_GRAD_ISA forced, one child process
+each) on the float32 and bfloat16 cases at the arena placement, one thread, and names the path the
+library picks by itself and the fastest. Before: the CPU model, the path picked and the caches.
+--write puts both tables in bench/results.md, section "## Alignment sweep".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ascend_grad import ops
+from ascend_grad.bench.kernels import BFLOAT16, DTYPES, GROUPS, TORCH_DTYPES, _torch
+from ascend_grad.bench.report import Tee, cpu_caches, cpu_flags, cpu_model, kernel_isa, machine, write_section
+from ascend_grad.testing import group_norm_feeds, random_array
+from ascend_grad.timing import median_ms
+
+SECTION = "## Alignment sweep"
+PAGE = 4096
+PLACEMENTS = [
+    (0, 0, 0), (16, 16, 16), (16, 16, 64), (16, 16, 0), (0, 0, 48), (528, 528, 576), (64, 64, 16),
+    (4080, 4080, 4032), (16, 16, 2064), (128, 16, 64), (16, 128, 64), (0, 528, 16), (4032, 48, 0),
+]
+ELEMENTWISE_SIZES = [1 << 20, 1 << 24]
+GROUP_NORM_SHAPE = (2, 320, 64, 64)
+ISAS = ["generic", "avx2", "avx512", "avx512bf16"]
+
+
+def placed(like: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of `like` whose first byte lies `offset` bytes into a page."""
+    raw = np.empty(like.nbytes + 2 * PAGE, np.uint8)
+    start = (-raw.ctypes.data) % PAGE + offset
+    array = raw[start:start + like.nbytes].view(like.dtype).reshape(like.shape)
+    array[...] = like
+    return array
+
+
+def _ort_value(array: np.ndarray):
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    if array.dtype == BFLOAT16:
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+@dataclass
+class Case:
+    """One kernel on one input set: the ascend.grad model, its feeds, which inputs are streams (placed
+    at the gradient / x offsets), the output placed at the output offset, and the arrays it moves."""
+
+    label: str
+    model: object
+    feeds: dict
+    streams: tuple  # (gradient input name or None, x input name)
+    output: str
+    arrays_moved: int
+    aten: object = None  # fn(placed feeds) -> result, or None
+
+
+def cases(dtype, torch) -> list[Case]:
+    rng = np.random.default_rng(0)
+    found = []
+    for op_type in ("SiluBackward", "MishBackward"):
+        for n in ELEMENTWISE_SIZES:
+            feeds = {"gradOutput": random_array(rng, n, dtype), "self": random_array(rng, n, dtype, scale=4.0)}
+            aten = None
+            if torch is not None:
+                fn = torch.ops.aten.silu_backward if op_type == "SiluBackward" else torch.ops.aten.mish_backward
+                aten = _aten(torch, dtype, lambda g, x, fn=fn: fn(g, x), ("gradOutput", "self"))
+            found.append(Case(f"{op_type} {n >> 20}M", ops.make_node_model(op_type, feeds), feeds,
+                              ("gradOutput", "self"), "gradInput", 3, aten))
+    grad_feeds = group_norm_feeds(rng, GROUP_NORM_SHAPE, GROUPS, dtype, dtype)
+    forward_feeds = {k: grad_feeds[k] for k in ("x", "gamma", "beta")}
+    found.append(Case(f"GroupNormSwishGrad {GROUP_NORM_SHAPE} G={GROUPS}",
+                      ops.make_node_model("GroupNormSwishGrad", grad_feeds, num_groups=GROUPS), grad_feeds,
+                      ("dy", "x"), "dx", 5))
+    found.append(Case(f"GroupNormSwish {GROUP_NORM_SHAPE} G={GROUPS}",
+                      ops.make_node_model("GroupNormSwish", forward_feeds, num_groups=GROUPS), forward_feeds,
+                      (None, "x"), "y", 3))
+    return found
+
+
+def _aten(torch, dtype, fn, names):
+    tdtype = TORCH_DTYPES[dtype.name](torch)
+
+    def run(feeds):
+        args = [torch.from_numpy(feeds[k].view(np.int16)).view(tdtype) if dtype == BFLOAT16 else torch.from_numpy(feeds[k])
+                for k in names]
+        return lambda: fn(*args)
+
+    return run
+
+
+class Runner:
+    """One session per case and thread count; run(placement) times the case with its streams and
+    output placed so (placement None: the arena)."""
+
+    def __init__(self, case: Case, threads: int):
+        import onnxruntime as ort
+
+        from ascend_grad import runtime_ext
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        runtime_ext.session_options(options)
+        self.case, self.ort = case, ort
+        self.session = ort.InferenceSession(case.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        self.outputs = [o.name for o in self.session.get_outputs()]
+
+    def placed_feeds(self, placement) -> dict:
+        gradient, x = self.case.streams
+        offsets = {gradient: placement[0], x: placement[1]}
+        return {k: placed(v, offsets[k]) if k in offsets else v for k, v in self.case.feeds.items()}
+
+    def time(self, placement) -> float:
+        from onnx import TensorProto
+
+        binding = self.session.io_binding()
+        keep = []
+        if placement is None:
+            for name, value in self.case.feeds.items():
+                arena = self.ort.OrtValue.ortvalue_from_shape_and_type(
+                    list(value.shape), TensorProto.BFLOAT16 if value.dtype == BFLOAT16 else value.dtype, "cpu")
+                arena.update_inplace(value.view(np.uint16) if value.dtype == BFLOAT16 else value)
+                keep.append(arena)
+                binding.bind_ortvalue_input(name, arena)
+            for name in self.outputs:
+                binding.bind_output(name, "cpu")
+        else:
+            for name, value in self.placed_feeds(placement).items():
+                keep.append(_ort_value(value))
+                binding.bind_ortvalue_input(name, keep[-1])
+            # (each output placed is shaped and typed like x: gradInput without broadcasting, dx, y)
+            out = placed(np.zeros_like(self.case.feeds[self.case.streams[1]]), placement[2])
+            keep.append(_ort_value(out))
+            for name in self.outputs:
+                if name == self.case.output:
+                    binding.bind_ortvalue_output(name, keep[-1])
+                else:
+                    binding.bind_output(name, "cpu")
+        return median_ms(lambda: self.session.run_with_iobinding(binding), min_seconds=0.25)
+
+
+def add_floor_ms(nbytes: int, placement, threads: int, arrays_moved: int) -> float:
+    """An onnxruntime Add c = a + b over float32 arrays of nbytes each, placed as (a, b, c), scaled
+    from its 3 arrays to the kernel's."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    n = max(nbytes // 4, 1)
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"])], "floor",
+                              [helper.make_tensor_value_info(k, TensorProto.FLOAT, [n]) for k in "ab"],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    a, b, c = (placed(rng.random(n, np.float32), offset) for offset in placement)
+    binding = session.io_binding()
+    binding.bind_ortvalue_input("a", ort.OrtValue.ortvalue_from_numpy(a))
+    binding.bind_ortvalue_input("b", ort.OrtValue.ortvalue_from_numpy(b))
+    binding.bind_ortvalue_output("c", ort.OrtValue.ortvalue_from_numpy(c))
+    return median_ms(lambda: session.run_with_iobinding(binding), min_seconds=0.25) * arrays_moved / 3
+
+
+SWEEP_HEADER = ["case", "dtype", "threads", "worst ms (placement)", "best ms (placement)", "worst / best", "arena ms",
+                "ATen worst / best ms", "Add floor ms (fused worst / floor)"]
+
+
+def sweep(threads=(1, 2), dtypes=("float32", "bfloat16"), out=None, torch=None) -> list[list[str]]:
+    out = out or sys.stdout
+    print("| " + " | ".join(SWEEP_HEADER) + " |", file=out)
+    print("|" + "---|" * len(SWEEP_HEADER), file=out, flush=True)
+    rows = []
+    for name in dtypes:
+        dtype = DTYPES[name]
+        for case in cases(dtype, torch):
+            for t in threads:
+                runner = Runner(case, t)
+                times = {p: runner.time(p) for p in PLACEMENTS}
+                worst, best = max(times, key=times.get), min(times, key=times.get)
+                arena = runner.time(None)
+                aten = "n/a"
+                if case.aten is not None:
+                    torch.set_num_threads(t)
+                    aten_times = [median_ms(case.aten(runner.placed_feeds(p)), min_seconds=0.25) for p in PLACEMENTS]
+                    aten = f"{max(aten_times):.3f} / {min(aten_times):.3f}"
+                nbytes = case.feeds[case.streams[1]].nbytes
+                floor = add_floor_ms(nbytes, worst, t, case.arrays_moved)
+                row = [case.label, name, str(t), f"{times[worst]:.3f} {worst}", f"{times[best]:.3f} {best}",
+                       f"{times[worst] / times[best]:.2f}", f"{arena:.3f}", aten,
+                       f"{floor:.3f} ({times[worst] / floor:.2f}x)"]
+                rows.append(row)
+                print("| " + " | ".join(row) + " |", file=out, flush=True)
+    return rows
+
+
+def isa_child(dtypes) -> dict[str, float]:
+    """(in a child with ASCEND_GRAD_ISA set) ms of every case at the arena placement, one thread."""
+    return {f"{case.label} {name}": Runner(case, 1).time(None) for name in dtypes for case in cases(DTYPES[name], None)}
+
+
+def instruction_sets(dtypes=("float32", "bfloat16"), out=None) -> None:
+    out = out or sys.stdout
+    picked = kernel_isa()
+    available = [isa for isa in ISAS if all(flag in cpu_flags() for flag in _NEEDS[isa])]
+    timings = {}
+    for isa in available:
+        env = dict(os.environ, ASCEND_GRAD_ISA=isa)
+        done = subprocess.run([sys.executable, "-m", "ascend_grad.bench.alignment", "--isa-child", "--dtypes", *dtypes],
+                              capture_output=True, text=True, env=env, check=True)
+        timings[isa] = json.loads(done.stdout.strip().splitlines()[-1])
+    header = ["case (1 thread, arena)", *[f"{isa} ms" for isa in available], "fastest"]
+    print("| " + " | ".join(header) + " |", file=out)
+    print("|" + "---|" * len(header), file=out)
+    for label in timings[available[0]]:
+        ms = {isa: timings[isa][label] for isa in available}
+        fastest = min(ms, key=ms.get)
+        print("| " + " | ".join([label, *[f"{ms[isa]:.3f}" for isa in available], fastest]) + " |", file=out, flush=True)
+    print(f"\nThe library picks `{picked}` on this CPU; paths it lacks: "
+          f"{', '.join(isa for isa in ISAS if isa not in available) or 'none'}.", file=out)
+
+
+_NEEDS = {"avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"],
+          "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"], "avx2": ["avx2", "fma", "f16c"], "generic": []}
+
+
+def main(argv=None, prog: str | None = None) -> int:
+    import io
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog=prog or "python -m ascend_grad.bench.alignment", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], choices=list(DTYPES))
+    parser.add_argument("--write", action="store_true", help=f"put the tables in --results, section '{SECTION}'")
+    parser.add_argument("--results", type=Path, default=Path("bench/results.md"), help="default: %(default)s")
+    parser.add_argument("--isa-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.isa_child:
+        print(json.dumps(isa_child(args.dtypes)))
+        return 0
+    torch = _torch()
+    table = io.StringIO()
+    tee = Tee(sys.stdout, table)
+    print(f"CPU: {cpu_model()}; kernels: {kernel_isa()}; caches: {cpu_caches()}.\n", file=tee)
+    instruction_sets(tuple(args.dtypes), out=tee)
+    print("", file=tee)
+    sweep(tuple(args.threads), tuple(args.dtypes), out=tee, torch=torch)
+    if args.write:
+        command = " ".join(["python -m ascend_grad.bench.alignment", *[a for a in argv if a != "--write"]])
+        write_section(args.results, SECTION, f"Command: `{command}`\n\n{machine(torch)}\n\n"
+                                             f"Medians in ms; see the module's docstring for the columns.\n\n"
+                                             f"{table.getvalue().strip()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
