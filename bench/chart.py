@@ -220,7 +220,7 @@ def draw(rows: Iterable[Row], out_png, dtype: str = "float32", threads: int | It
 
     # Layout in inches from the top and bottom edges: title, legend, panel titles; axis labels, footnote.
     handles = [Rectangle((0, 0), 1, 1, color=colour) for _, _, colour in SERIES]
-    fig.suptitle(f"Backward kernels, {dtype}: time relative to the fused kernel \u2014 lower is better",
+    fig.suptitle(f"Fused kernels, {dtype}: time relative to the fused kernel \u2014 lower is better",
                  fontsize=13, x=0.5, y=1 - 0.12 / height, va="top")
     fig.legend(handles, [label for _, label, _ in SERIES], loc="upper center", ncol=len(SERIES), frameon=False,
                fontsize=9, bbox_to_anchor=(0.5, 1 - 0.45 / height), handlelength=1.0, handletextpad=0.5,

@@ -1,6 +1,7 @@
 """The kernel benchmark: the fused kernels against every competitor, side by side, in one run.
 
     python -m ascend_grad.bench.kernels [--threads 1 2] [--dtypes float32 bfloat16 float16] [--no-compile]
+                                        [--no-sweep] [--write]
 
 For each case it prints medians (ms) of
   fused      onnxruntime with the ascend-grad kernel library (the op as one node),
@@ -27,10 +28,12 @@ import argparse
 import functools
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ascend_grad import ops
+from ascend_grad.bench.report import Tee, machine, write_section
 from ascend_grad.testing import BFLOAT16, group_norm_feeds, random_array
 from ascend_grad.timing import median_ms, ort_runner
 
@@ -241,20 +244,39 @@ def run(threads=(1, 2), dtypes=("float32", "bfloat16", "float16"), compile_too=T
     return rows
 
 
+SECTION = "## Kernels"
+NOTES = """Medians in ms; (x) is competitor time / fused time; the floor column's (x) is fused / floor.
+ORT decomposed = onnxruntime running the op's ONNX function body (primitive ops), without the kernel
+library; for GroupNormSwish, the exporters' spelling (Reshape, InstanceNormalization, Reshape, Mul,
+Add, Sigmoid, Mul; onnxruntime's CPU InstanceNormalization has no bfloat16 kernel: n/a)."""
+
+
 def main(argv=None, prog: str | None = None) -> int:
+    import io
+
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog=prog or "python -m ascend_grad.bench.kernels", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16", "float16"], choices=list(DTYPES))
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (it compiles each case once)")
     parser.add_argument("--no-sweep", action="store_true", help="skip the alignment sweep (bench/alignment.py)")
+    parser.add_argument("--write", action="store_true", help=f"put the tables in --results, sections '{SECTION}' "
+                                                              "and the sweep's")
+    parser.add_argument("--results", type=Path, default=Path("bench/results.md"), help="default: %(default)s")
     args = parser.parse_args(argv)
-    run(tuple(args.threads), tuple(args.dtypes), not args.no_compile)
+    table = io.StringIO()
+    run(tuple(args.threads), tuple(args.dtypes), not args.no_compile, out=Tee(sys.stdout, table))
+    if args.write:
+        command = " ".join(["python -m ascend_grad.bench.kernels", *[a for a in argv if a != "--write"]])
+        body = table.getvalue().split("\n", 1)[1]  # (past the run's own title line)
+        write_section(args.results, SECTION, f"Command: `{command}`\n\n{machine(_torch())}\n\n{NOTES}\n\n{body.strip()}")
     if not args.no_sweep:
         from ascend_grad.bench import alignment
 
         print()
-        alignment.main(["--threads", *map(str, args.threads), "--dtypes", *args.dtypes])
+        sweep_args = ["--threads", *map(str, args.threads), "--dtypes", *[d for d in args.dtypes if d != "float16"]]
+        alignment.main(sweep_args + (["--write", "--results", str(args.results)] if args.write else []))
     return 0
 
 

@@ -146,12 +146,16 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   a.rstd[task] = rstd;
 
   const Vec scale = Vec::Broadcast(a.swish_scale);
+  // the next slab (the next task, which this thread usually runs next) starts loading from memory
+  // while this one computes its swish: the first pass over a slab waits on memory, this one on math
+  const T* next = task + 1 < a.N * a.G ? x + Cg * HxW : nullptr;
   for (int64_t c = 0; c < Cg; ++c) {
     const Vec weight = Vec::Broadcast(rstd * a.gamma[c0 + c]), beta = Vec::Broadcast(a.beta[c0 + c]);
     const T* x_row = x + c * HxW;
     T* y_row = y + c * HxW;
     int64_t i = 0;
     for (; i + static_cast<int64_t>(kLanes) <= HxW; i += kLanes) {
+      if (next != nullptr) __builtin_prefetch(next + c * HxW + i, 0, 2);
       Swish(Fma(centred(Vec::Load(x_row + i)), weight, beta), scale, a.activate_swish).Store(y_row + i);
     }
     if (i < HxW) {
