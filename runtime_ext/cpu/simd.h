@@ -147,10 +147,11 @@ struct Vec {
     return {_mm256_castsi256_ps(_mm256_slli_epi32(wide, 16))};
   }
   void Store(float* p) const { _mm256_storeu_ps(p, v); }
-  void Store(Float16* p) const {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  void Store(BFloat16* p) const {
+  void Store(Float16* p) const { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), Half(p)); }
+  void Store(BFloat16* p) const { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), Half(p)); }
+  // the 8 values rounded to float16 / bfloat16 (the pointer only picks the type)
+  __m128i Half(Float16*) const { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  __m128i Half(BFloat16*) const {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
     const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
@@ -158,12 +159,13 @@ struct Vec {
     const __m256i bits = _mm256_blendv_epi8(rounded, nan, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
     // pack the 8 low halves (values <= 0xFFFF, so unsigned saturation changes nothing)
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(bits, bits), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+    return _mm256_castsi256_si128(packed);
   }
+  // non-temporal: f32 needs 32-byte, half types 16-byte alignment
   void Stream(float* p) const { _mm256_stream_ps(p, v); }
   template <typename T>
   void Stream(T* p) const {
-    Store(p);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), Half(p));
   }
   friend Vec operator+(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }
   friend Vec operator-(Vec a, Vec b) { return {_mm256_sub_ps(a.v, b.v)}; }
