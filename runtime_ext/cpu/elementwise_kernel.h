@@ -45,24 +45,6 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
   }
 }
 
-// Both inputs streams, placed so that neither walk is free of 4K aliasing (page_walk.h): each
-// block is computed into a scratch block placed clear of all three streams, then copied to out
-// backward, which leaves the block's first stores pending when the next block's loads start
-// kStageBytes further on (clear: the inputs' gaps lie within kAliasBytes of 0). out + head is
-// aligned for non-temporal stores.
-template <typename Op, typename TDy, typename TX, typename TOut>
-void StagedLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t head) {
-  constexpr size_t kBlock = kStageBytes / sizeof(TOut);
-  static_assert(kBlock % kLanes == 0, "a block is whole vectors");
-  TOut* stage = reinterpret_cast<TOut*>(PlaceStage(Scratch<unsigned char>(kStageBytes + kPageBytes, 0), dy, x, out));
-  ElementwiseLoop<Op, TDy, TX, TOut, false, false, false>(dy, x, out, head);
-  for (size_t start = head; start < n; start += kBlock) {
-    const size_t m = n - start < kBlock ? n - start : kBlock;
-    ElementwiseLoop<Op, TDy, TX, TOut, false, false, false>(dy + start, x + start, stage, m);
-    StreamBackward(stage, out + start, m * sizeof(TOut));
-  }
-}
-
 // Elements before out + head is aligned for non-temporal stores; false if no whole number is.
 template <typename TOut>
 bool StreamHead(const TOut* out, size_t* head) {
@@ -90,13 +72,11 @@ void Elementwise(const void* dy, bool dy_broadcast, const void* x, bool x_broadc
   } else if (x_broadcast) {
     if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, true, false, true>(a, b, c, n);
     else ElementwiseLoop<Op, TDy, TX, TOut, false, true, false>(a, b, c, n);
-  } else if (stream && StreamHead(c, &head)) {  // the big same-shape case
-    if (walk == Walk::kStaged) StagedLoop<Op>(a, b, c, n, head);
-    else if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, false, true, true>(a, b, c, n, head);
+  } else if (stream && walk != Walk::kNeither && StreamHead(c, &head)) {  // the big same-shape case
+    if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, false, true, true>(a, b, c, n, head);
     else ElementwiseLoop<Op, TDy, TX, TOut, false, false, true>(a, b, c, n, head);
     StreamFence();
   } else {
-    // cached outputs: staging costs more than the stalls it saves (measured, page_walk.h)
     if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, false, false, true>(a, b, c, n);
     else ElementwiseLoop<Op, TDy, TX, TOut, false, false, false>(a, b, c, n);
   }
