@@ -9,7 +9,8 @@ hands out 64-byte-aligned blocks), just before, half a page away, between the in
 Each is bound in place through IO binding (numpy arrays placed so); "arena" puts the inputs in
 OrtValues onnxruntime allocates and takes the outputs from the session's arena.
 
-The sweep table gives, per case, the median ms at the worst and the best placement (which ones),
+The sweep table gives, per case, the median ms at the worst and the best placement (which ones;
+each the median of ROUNDS medians taken in turn over all placements, so drift hits all alike),
 worst / best, the arena placement, PyTorch ATen on the same placed inputs (its worst and best), and
 the floor: an onnxruntime Add over float32 arrays of the same bytes at the same placement, scaled
 to the arrays the kernel moves (3 for the elementwise ops and GroupNormSwish, 5 for
@@ -48,6 +49,7 @@ PLACEMENTS = [
 ELEMENTWISE_SIZES = [1 << 20, 1 << 24]
 GROUP_NORM_SHAPE = (2, 320, 64, 64)
 ISAS = ["generic", "avx2", "avx512", "avx512bf16"]
+ROUNDS = 3
 
 
 def placed(like: np.ndarray, offset: int) -> np.ndarray:
@@ -137,7 +139,8 @@ class Runner:
         offsets = {gradient: placement[0], x: placement[1]}
         return {k: placed(v, offsets[k]) if k in offsets else v for k, v in self.case.feeds.items()}
 
-    def time(self, placement) -> float:
+    def bound(self, placement):
+        """A zero-argument callable running the case once with its tensors placed so (None: arena)."""
         from onnx import TensorProto
 
         binding = self.session.io_binding()
@@ -163,7 +166,17 @@ class Runner:
                     binding.bind_ortvalue_output(name, keep[-1])
                 else:
                     binding.bind_output(name, "cpu")
-        return median_ms(lambda: self.session.run_with_iobinding(binding), min_seconds=0.25)
+        return lambda: (keep, self.session.run_with_iobinding(binding))
+
+    def times(self, placements, rounds: int = ROUNDS) -> dict:
+        """Median ms per placement: the median of `rounds` medians taken in turn over all placements
+        (the machine's own drift then falls on every placement alike)."""
+        runs = {p: self.bound(p) for p in placements}
+        taken = {p: [] for p in placements}
+        for _ in range(rounds):
+            for p, run in runs.items():
+                taken[p].append(median_ms(run, min_seconds=0.1, min_reps=3))
+        return {p: float(np.median(ms)) for p, ms in taken.items()}
 
 
 def add_floor_ms(nbytes: int, placement, threads: int, arrays_moved: int) -> float:
@@ -203,9 +216,9 @@ def sweep(threads=(1, 2), dtypes=("float32", "bfloat16"), out=None, torch=None) 
         for case in cases(dtype, torch):
             for t in threads:
                 runner = Runner(case, t)
-                times = {p: runner.time(p) for p in PLACEMENTS}
+                times = runner.times([*PLACEMENTS, None])
+                arena = times.pop(None)
                 worst, best = max(times, key=times.get), min(times, key=times.get)
-                arena = runner.time(None)
                 aten = "n/a"
                 if case.aten is not None:
                     torch.set_num_threads(t)
@@ -223,7 +236,8 @@ def sweep(threads=(1, 2), dtypes=("float32", "bfloat16"), out=None, torch=None) 
 
 def isa_child(dtypes) -> dict[str, float]:
     """(in a child with ASCEND_GRAD_ISA set) ms of every case at the arena placement, one thread."""
-    return {f"{case.label} {name}": Runner(case, 1).time(None) for name in dtypes for case in cases(DTYPES[name], None)}
+    return {f"{case.label} {name}": Runner(case, 1).times([None])[None] for name in dtypes
+            for case in cases(DTYPES[name], None)}
 
 
 def instruction_sets(dtypes=("float32", "bfloat16"), out=None) -> None:

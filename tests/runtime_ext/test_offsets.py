@@ -1,14 +1,14 @@
 """Every CPU kernel gives bit-identical outputs whatever the page offsets of its tensors.
 
-The kernels are to choose code paths from where their input and output tensors sit within a
-4 KiB page (to dodge 4K-aliasing stalls: walking a chunk backward, staging results through a
-scratch buffer). Such a fix must move bytes only, never change the arithmetic or its order: so
-each op runs with its streamed inputs (gradOutput/dy, self/x) and its outputs placed at a designed
-set of byte offsets into a page (equal, output just after, just before or far from the inputs,
-inputs apart), bound in place through IO binding, and every result must equal, bit for bit, the
-result at offsets (0, 0, 0) with one thread; with 2 threads too. The offsets cover every walk the
-kernels may choose (forward, backward, staged). Every test's name holds "kernels", the -k filter
-of test_library's reruns under each instruction set.
+The kernels choose code paths from where their input and output tensors sit within a 4 KiB page
+(to dodge 4K-aliasing stalls: walking a chunk forward or backward, streaming the output or writing
+it through the cache; runtime_ext/cpu/page_walk.h). Such a choice must move bytes only, never change
+the arithmetic or its order: so each op runs with its streamed inputs (gradOutput/dy, self/x) and
+its outputs placed at a designed set of byte offsets into a page (equal, output just after, just
+before or far from the inputs, inputs apart), bound in place through IO binding, and every result
+must equal, bit for bit, the result at offsets (0, 0, 0) with one thread; with 2 threads too. The
+offsets cover every walk. Every test's name holds "kernels", the -k filter of test_library's reruns
+under each instruction set.
 """
 
 from __future__ import annotations
@@ -189,8 +189,8 @@ def test_elementwise_kernels_ignore_page_offsets(rng, case, n):
     _check_elementwise(rng, case, n)
 
 
-# Outputs of 32 MiB and more take non-temporal stores, whose walks (and the staged copy) are their
-# own code: one float32 and one bfloat16 case just past that size.
+# Outputs of 32 MiB and more take non-temporal stores, whose walks are their own code: one float32
+# and one bfloat16 case just past that size.
 STREAMED = [(("SiluBackward", F32, F32, ("n",), ("n",)), (8 << 20) + 13),
             (("MishBackward", BF16, BF16, ("n",), ("n",)), (16 << 20) + 13)]
 
