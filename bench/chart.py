@@ -47,7 +47,8 @@ FLOOR_NOTE = ("Fused: onnxruntime with the ascend-grad kernel library. Floor: by
 def case_labels() -> list[str]:
     """The benchmark's case labels in its order (kernels.run)."""
     labels = [f"{op} {n >> 20}M" for op in ("SiluBackward", "MishBackward") for n in SIZES]
-    return labels + [f"GroupNormSwishGrad {shape} G={GROUPS}" for shape in GROUP_NORM_SHAPES]
+    return labels + [f"{op} {shape} G={GROUPS}" for op in ("GroupNormSwishGrad", "GroupNormSwish")
+                     for shape in GROUP_NORM_SHAPES]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def expected_cases():
     elementwise = [f"{op} {n >> 20}M" for op in ("SiluBackward", "MishBackward") for n in kernels.SIZES]
-    return elementwise + [f"GroupNormSwishGrad {shape} G={kernels.GROUPS}" for shape in kernels.GROUP_NORM_SHAPES]
+    return elementwise + [f"{op} {shape} G={kernels.GROUPS}" for op in ("GroupNormSwishGrad", "GroupNormSwish")
+                          for shape in kernels.GROUP_NORM_SHAPES]
 
 
 def table_line(case, dtype, threads):
@@ -33,9 +34,10 @@ def test_every_case_of_the_benchmark_for_float32_at_1_and_2_threads():
     float32 = {(row.case, row.threads): row for row in rows if row.dtype == "float32"}
     assert set(float32) == {(case, t) for case in expected_cases() for t in (1, 2)}
     assert chart.case_labels() == expected_cases()
-    # Only the kernel table: the later sections' tables add no rows.
-    assert len(rows) == len(expected_cases()) * 2 * len(kernels.DTYPES)
-    assert {row.dtype for row in rows} == set(kernels.DTYPES)
+    # Only the kernel table (run for some of the dtypes): the later sections' tables add no rows.
+    dtypes = {row.dtype for row in rows}
+    assert "float32" in dtypes and dtypes <= set(kernels.DTYPES)
+    assert len(rows) == len(expected_cases()) * 2 * len(dtypes)
 
 
 @pytest.mark.parametrize("case, dtype, threads", [
@@ -65,7 +67,7 @@ def test_missing_competitors_parse_as_none(tmp_path):
 
 def test_the_machine_line_is_the_kernel_sections():
     machine = chart.machine_from_results(RESULTS)
-    assert machine and "2-core" in machine and "onnx 1.23.2" not in machine
+    assert machine and re.search(r"\b2[ -]core", machine) and "onnx 1.23.2" not in machine
 
 
 def png_size(path):
@@ -97,7 +99,7 @@ def test_draw_with_one_thread_count_and_a_missing_competitor(tmp_path):
 def test_main_writes_the_chart(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     out = tmp_path / "c.png"
-    assert chart.main(["--results", str(RESULTS), "--out", str(out), "--dtype", "float16"]) == 0
+    assert chart.main(["--results", str(RESULTS), "--out", str(out), "--dtype", "bfloat16"]) == 0
     assert png_size(out)[0] >= 800
     assert str(out) in capsys.readouterr().out
 
