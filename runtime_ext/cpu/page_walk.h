@@ -7,10 +7,11 @@
 // backward, one lying just before does. The stall is worst behind non-temporal stores (16M float
 // SiluBackward, AMD EPYC Zen 3, AVX2, one thread, inputs 16 and out 64 bytes into their pages:
 // 39.8 ms forward vs 20.7 backward; issue 13 saw 2.3x on a Zen 4 with AVX-512); behind cached
-// stores it measured within noise here. So each call picks the walk from the gaps; when the two
-// inputs ask for opposite walks, the output is written through the cache, forward (measured there
-// at 16M over four such placements: 17.4-20.4 ms, against 19.9-20.7 for placements with no stall,
-// and 19.0-21.0 when the results were staged through a scratch block placed clear of all three). The arithmetic per element is the same on every walk.
+// stores it cost 0-25% in the placements measured. So each call picks the walk from the gaps; when
+// the two inputs ask for opposite walks, the output is written through the cache, forward
+// (measured there at 16M over four such placements, in one run: 17.4-20.4 ms through the cache,
+// 19.0-21.0 staged through a scratch block placed clear of all three streams, and 19.8-20.7 at
+// placements with no stall). The arithmetic per element is the same on every walk.
 #pragma once
 
 #include <cstddef>
