@@ -34,40 +34,27 @@ from pathlib import Path
 
 import numpy as np
 
-from ascend_grad import ops
-from ascend_grad.bench.kernels import BFLOAT16, DTYPES, GROUPS, TORCH_DTYPES, _torch
-from ascend_grad.bench.report import Tee, cpu_caches, cpu_flags, cpu_model, kernel_isa, machine, write_section
-from ascend_grad.testing import group_norm_feeds, random_array
+from ascend_grad import ops, runtime_ext
+from ascend_grad.bench.kernels import BFLOAT16, DTYPES, GROUPS, TORCH_DTYPES, _torch, add_model
+from ascend_grad.bench.report import Tee, cpu_caches, cpu_model, kernel_isa, machine, write_section
+from ascend_grad.testing import group_norm_feeds, placed, random_array, to_ort_value
 from ascend_grad.timing import median_ms
 
 SECTION = "## Alignment sweep"
-PAGE = 4096
 PLACEMENTS = [
     (0, 0, 0), (16, 16, 16), (16, 16, 64), (16, 16, 0), (0, 0, 48), (528, 528, 576), (64, 64, 16),
     (4080, 4080, 4032), (16, 16, 2064), (128, 16, 64), (16, 128, 64), (0, 528, 16), (4032, 48, 0),
 ]
 ELEMENTWISE_SIZES = [1 << 20, 1 << 24]
 GROUP_NORM_SHAPE = (2, 320, 64, 64)
-ISAS = ["generic", "avx2", "avx512", "avx512bf16"]
 ROUNDS = 3
 
 
-def placed(like: np.ndarray, offset: int) -> np.ndarray:
+def placed_copy(like: np.ndarray, offset: int) -> np.ndarray:
     """A copy of `like` whose first byte lies `offset` bytes into a page."""
-    raw = np.empty(like.nbytes + 2 * PAGE, np.uint8)
-    start = (-raw.ctypes.data) % PAGE + offset
-    array = raw[start:start + like.nbytes].view(like.dtype).reshape(like.shape)
+    array = placed(like.shape, like.dtype, offset)
     array[...] = like
     return array
-
-
-def _ort_value(array: np.ndarray):
-    import onnxruntime as ort
-    from onnx import TensorProto
-
-    if array.dtype == BFLOAT16:
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(np.uint16), TensorProto.BFLOAT16)
-    return ort.OrtValue.ortvalue_from_numpy(array)
 
 
 @dataclass
@@ -137,7 +124,7 @@ class Runner:
     def placed_feeds(self, placement) -> dict:
         gradient, x = self.case.streams
         offsets = {gradient: placement[0], x: placement[1]}
-        return {k: placed(v, offsets[k]) if k in offsets else v for k, v in self.case.feeds.items()}
+        return {k: placed_copy(v, offsets[k]) if k in offsets else v for k, v in self.case.feeds.items()}
 
     def bound(self, placement):
         """A zero-argument callable running the case once with its tensors placed so (None: arena)."""
@@ -156,11 +143,11 @@ class Runner:
                 binding.bind_output(name, "cpu")
         else:
             for name, value in self.placed_feeds(placement).items():
-                keep.append(_ort_value(value))
+                keep.append(to_ort_value(value))
                 binding.bind_ortvalue_input(name, keep[-1])
             # (each output placed is shaped and typed like x: gradInput without broadcasting, dx, y)
-            out = placed(np.zeros_like(self.case.feeds[self.case.streams[1]]), placement[2])
-            keep.append(_ort_value(out))
+            like = self.case.feeds[self.case.streams[1]]
+            keep.append(to_ort_value(placed(like.shape, like.dtype, placement[2])))
             for name in self.outputs:
                 if name == self.case.output:
                     binding.bind_ortvalue_output(name, keep[-1])
@@ -183,18 +170,14 @@ def add_floor_ms(nbytes: int, placement, threads: int, arrays_moved: int) -> flo
     """An onnxruntime Add c = a + b over float32 arrays of nbytes each, placed as (a, b, c), scaled
     from its 3 arrays to the kernel's."""
     import onnxruntime as ort
-    from onnx import TensorProto, helper
 
     n = max(nbytes // 4, 1)
-    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"])], "floor",
-                              [helper.make_tensor_value_info(k, TensorProto.FLOAT, [n]) for k in "ab"],
-                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    model = add_model(n)
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(1)
-    a, b, c = (placed(rng.random(n, np.float32), offset) for offset in placement)
+    a, b, c = (placed_copy(rng.random(n, np.float32), offset) for offset in placement)
     binding = session.io_binding()
     binding.bind_ortvalue_input("a", ort.OrtValue.ortvalue_from_numpy(a))
     binding.bind_ortvalue_input("b", ort.OrtValue.ortvalue_from_numpy(b))
@@ -243,7 +226,7 @@ def isa_child(dtypes) -> dict[str, float]:
 def instruction_sets(dtypes=("float32", "bfloat16"), out=None) -> None:
     out = out or sys.stdout
     picked = kernel_isa()
-    available = [isa for isa in ISAS if all(flag in cpu_flags() for flag in _NEEDS[isa])]
+    available = runtime_ext.runnable_isas()[::-1]  # (narrowest first)
     timings = {}
     for isa in available:
         env = dict(os.environ, ASCEND_GRAD_ISA=isa)
@@ -258,11 +241,7 @@ def instruction_sets(dtypes=("float32", "bfloat16"), out=None) -> None:
         fastest = min(ms, key=ms.get)
         print("| " + " | ".join([label, *[f"{ms[isa]:.3f}" for isa in available], fastest]) + " |", file=out, flush=True)
     print(f"\nThe library picks `{picked}` on this CPU; paths it lacks: "
-          f"{', '.join(isa for isa in ISAS if isa not in available) or 'none'}.", file=out)
-
-
-_NEEDS = {"avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"],
-          "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"], "avx2": ["avx2", "fma", "f16c"], "generic": []}
+          f"{', '.join(isa for isa in runtime_ext.ISA_FEATURES if isa not in available) or 'none'}.", file=out)
 
 
 def main(argv=None, prog: str | None = None) -> int:

@@ -18,15 +18,6 @@ def cpu_model() -> str:
     return found.group(1).strip() if found else (platform.processor() or platform.machine())
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
-    try:
-        found = re.search(r"^flags\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
-    except OSError:
-        found = None
-    return set(found.group(1).split()) if found else set()
-
-
 def cpu_caches() -> str:
     """The data caches of CPU 0, from sysfs: "L1d 32K, L2 512K, L3 32768K (shared by 0-1)"."""
     parts = []

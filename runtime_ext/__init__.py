@@ -30,6 +30,28 @@ def library_path() -> str:
     return str(path)
 
 
+# The CPU flags (as /proc/cpuinfo names them) each instruction-set table of the library needs: what
+# runtime_ext/cpu/dispatch.cc checks before it picks one, widest first.
+ISA_FEATURES = {
+    "avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"],
+    "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"],
+    "avx2": ["avx2", "fma", "f16c"],
+    "generic": [],
+}
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where there is none)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    return set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
+
+
+def runnable_isas() -> list[str]:
+    """The instruction sets of ISA_FEATURES this CPU has (widest first; "generic" always)."""
+    flags = cpu_flags()
+    return [isa for isa, needs in ISA_FEATURES.items() if all(flag in flags for flag in needs)]
+
+
 def session_options(options=None):
     """`options` (or new onnxruntime.SessionOptions) with the kernel library registered."""
     import onnxruntime as ort

@@ -207,3 +207,19 @@ def assert_one_line_error(done, *fragments) -> None:
     assert len(lines) == 1 and lines[0].startswith("ascend-grad: error:"), done.stderr
     for fragment in fragments:
         assert fragment in lines[0]
+
+
+PAGE = 4096
+
+
+def placed(shape, dtype, offset: int) -> np.ndarray:
+    """An uninitialised C-contiguous array of `shape` and `dtype` (bfloat16 included) whose first
+    byte lies `offset` bytes into a 4096-byte page; a view that keeps its own buffer alive."""
+    dtype = np.dtype(dtype)
+    assert offset % dtype.itemsize == 0 and 0 <= offset < PAGE
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(size + 2 * PAGE, np.uint8)
+    start = (-raw.ctypes.data) % PAGE + offset
+    array = raw[start:start + size].view(dtype).reshape(shape)
+    assert array.ctypes.data % PAGE == offset and array.flags.c_contiguous
+    return array

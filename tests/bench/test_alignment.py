@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 
 from ascend_grad.bench import alignment
-from ascend_grad.testing import BFLOAT16
+from ascend_grad.testing import BFLOAT16, PAGE, to_ort_value
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), BFLOAT16])
 @pytest.mark.parametrize("offset", [0, 16, 528, 4080])
 def test_placed_arrays_start_where_asked_and_keep_their_values(dtype, offset):
     like = np.arange(1000).astype(dtype)
-    array = alignment.placed(like, offset)
-    assert array.ctypes.data % alignment.PAGE == offset and array.dtype == dtype
+    array = alignment.placed_copy(like, offset)
+    assert array.ctypes.data % PAGE == offset and array.dtype == dtype
     assert np.array_equal(array.astype(np.float32), like.astype(np.float32))
 
 
@@ -25,11 +25,11 @@ def test_a_placed_output_receives_the_result(monkeypatch):
     runner = alignment.Runner(case, 1)
     placement = (16, 16, 64)
     feeds = runner.placed_feeds(placement)
-    out = alignment.placed(np.full_like(feeds["self"], np.nan), placement[2])
+    out = alignment.placed_copy(np.full_like(feeds["self"], np.nan), placement[2])
     binding = runner.session.io_binding()
     for name, value in feeds.items():
-        binding.bind_ortvalue_input(name, alignment._ort_value(value))
-    binding.bind_ortvalue_output("gradInput", alignment._ort_value(out))
+        binding.bind_ortvalue_input(name, to_ort_value(value))
+    binding.bind_ortvalue_output("gradInput", to_ort_value(out))
     runner.session.run_with_iobinding(binding)
     from ascend_grad.ops import reference
     from ascend_grad.testing import assert_close

@@ -55,9 +55,7 @@ def test_kernels_run_a_model_with_no_function_body(rng):
 def test_every_instruction_set_passes_the_op_tests(isa):
     """The op tests' kernel cases and the page-offset tests again, with the library forced onto each
     instruction set."""
-    needs = {"avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"],
-             "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"], "avx2": ["avx2", "fma", "f16c"], "generic": []}
-    missing = [flag for flag in needs[isa] if not _cpu_has(flag)]
+    missing = [flag for flag in runtime_ext.ISA_FEATURES[isa] if flag not in runtime_ext.cpu_flags()]
     if missing:
         pytest.skip(f"this CPU lacks {missing}")
     env = dict(os.environ, ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1")
@@ -68,6 +66,3 @@ def test_every_instruction_set_passes_the_op_tests(isa):
     assert f"ascend-grad: {isa} kernels" in done.stderr + done.stdout
     assert re.search(r"\d+ passed", done.stdout)
 
-
-def _cpu_has(flag):
-    return flag in Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else False

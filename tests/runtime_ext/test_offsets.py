@@ -22,10 +22,9 @@ import pytest
 from onnx import helper
 
 from ascend_grad import ops, runtime_ext
-from ascend_grad.testing import FLOAT_DTYPES, to_ort_value
+from ascend_grad.testing import FLOAT_DTYPES, placed, to_ort_value
 
 F32, F16, BF16 = FLOAT_DTYPES["float32"], FLOAT_DTYPES["float16"], FLOAT_DTYPES["bfloat16"]
-PAGE = 4096
 
 # (gradOutput/dy, self/x, outputs) byte offsets into a page; GroupNormSwish has no gradient input
 # and puts gamma and beta at the first offset. The first triple is the baseline.
@@ -46,19 +45,6 @@ UINT = {4: np.uint32, 2: np.uint16}
 
 ELEMENTWISE_SIZES = [16384 * 2 + 13, 1000]  # over two work chunks, not a multiple of 8 or 16; one small
 GROUP_NORM_SHAPE, G = (2, 16, 33, 37), 4  # (N, C, H, W): HxW = 1221, not a multiple of 16
-
-
-def placed(shape, dtype, offset: int) -> np.ndarray:
-    """A C-contiguous array of `shape` and `dtype` (bfloat16 included) whose first byte is
-    `offset` bytes into a 4096-byte page; it is a view that keeps its own buffer alive."""
-    dtype = np.dtype(dtype)
-    assert offset % dtype.itemsize == 0 and 0 <= offset < PAGE
-    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(size + 2 * PAGE, np.uint8)
-    start = (-raw.ctypes.data) % PAGE + offset
-    array = raw[start:start + size].view(dtype).reshape(shape)
-    assert array.ctypes.data % PAGE == offset and array.flags.c_contiguous
-    return array
 
 
 def _bits(array: np.ndarray) -> np.ndarray:

@@ -19,23 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from ascend_grad import runtime_ext
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = REPO / "runtime_ext"
 BUILD = REPO / "build" / "asan"
 LIBRARY = BUILD / "libascend_grad_kernels.so"
-ISA_FLAGS = {"generic": [], "avx2": ["avx2", "fma", "f16c"], "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"],
-             "avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"]}
-
-
-def _cpu_has(flags):
-    cpuinfo = Path("/proc/cpuinfo")
-    words = set(cpuinfo.read_text().split()) if cpuinfo.exists() else set()
-    return all(flag in words for flag in flags)
 
 
 # Only what the job runs is built (the whole library takes minutes under the sanitizers): the CPU
 # kernels, with the instruction-set tables this CPU can run.
-ISAS = [isa for isa, flags in ISA_FLAGS.items() if _cpu_has(flags)]
+ISAS = runtime_ext.runnable_isas()
 CONFIGURE = ["-DASCEND_GRAD_SANITIZE=ON", "-DASCEND_GRAD_CPU_ONLY=ON", "-DCMAKE_BUILD_TYPE=Release",
              f"-DASCEND_GRAD_ISAS={';'.join(isa for isa in ISAS if isa != 'generic')}"]
 ASAN_OPTIONS = ":".join([
@@ -322,7 +316,7 @@ def sanitized_library():
 
 
 def test_every_kernel_under_address_and_undefined_behaviour_sanitizers(sanitized_library):
-    isas, skipped = ISAS, sorted(set(ISA_FLAGS) - set(ISAS))
+    isas, skipped = ISAS, sorted(set(runtime_ext.ISA_FEATURES) - set(ISAS))
     seed = int(os.environ.get("ASCEND_GRAD_SEED") or int.from_bytes(os.urandom(4), "little"))  # (replays a failure)
     total, start = 0, time.monotonic()
     for isa in isas:
