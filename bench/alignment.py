@@ -106,13 +106,11 @@ def _aten(torch, dtype, fn, names):
 
 
 class Runner:
-    """One session per case and thread count; run(placement) times the case with its streams and
-    output placed so (placement None: the arena)."""
+    """One session per case and thread count; bound(placement) runs the case with its streams and
+    output placed so (placement None: the arena), times(placements) times them."""
 
     def __init__(self, case: Case, threads: int):
         import onnxruntime as ort
-
-        from ascend_grad import runtime_ext
 
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
