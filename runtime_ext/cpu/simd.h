@@ -28,8 +28,8 @@ namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
 // exp(y) for y <= 0 (NaN propagates): Cody-Waite reduction y = n ln2 + r, |r| <= ln2/2, a degree-6
-// polynomial for e^r (6 FMAs), then e^r * 2^n with
-// results down to the smallest subnormal right (AVX-512's scalef; elsewhere 2^n built in two
+// polynomial for e^r (6 FMAs), then e^r * 2^n rounded once, subnormal results included (AVX-512's
+// scalef; AVX2 scales by 2^(n + 24), exactly, then by 2^-24; the scalar path by 2^n in two exact
 // halves). y < -104.5 gives exactly 0.
 constexpr float kExpLow = -104.5f;
 constexpr float kLog2e = 1.44269504088896341f;
@@ -199,12 +199,11 @@ inline Vec ExpNeg(Vec y) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpC2));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i ni = _mm256_cvtps_epi32(n);
-  const __m256i half = _mm256_srai_epi32(ni, 1);
-  const __m256i bias = _mm256_set1_epi32(127);
-  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, bias), 23));
-  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), bias), 23));
-  return {_mm256_mul_ps(_mm256_mul_ps(p, s1), s2)};
+  // p 2^(n + 24) is exact and normal for n >= -150 (n = -151, where 2^(n + 24) would be subnormal,
+  // gives 0, as p 2^n rounds); times 2^-24 it rounds once, subnormal results included
+  const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127 + 24));
+  const __m256 scaled = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)));
+  return {_mm256_mul_ps(scaled, _mm256_set1_ps(0x1p-24f))};
 }
 
 #else  // portable scalar: one lane, the same algorithm
