@@ -72,17 +72,26 @@ double SquaresInDouble(const T* x, int64_t rows, int64_t width, int64_t stride, 
   return total;
 }
 
-// sum over row[0, n) of f(v) for the row's values v, in float blocks flushed into double
+// sum over row[0, n) of f(v) for the row's values v, in float blocks flushed into double. Two
+// accumulators take alternate vectors: one add chain would wait its latency on every vector.
 template <typename T, typename F>
 double RowSum(const T* row, int64_t n, F f) {
+  constexpr int64_t kStep = static_cast<int64_t>(kLanes);
   double total = 0.0;
   for (int64_t start = 0; start < n; start += kSumBlock) {
     const int64_t end = start + kSumBlock < n ? start + kSumBlock : n;
-    Vec acc = Vec::Zero();
+    Vec acc0 = Vec::Zero(), acc1 = Vec::Zero();
     int64_t i = start;
-    for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) acc = acc + f(Vec::Load(row + i));
-    if (i < end) acc = acc + KeepFirst(f(LoadPartial(row + i, static_cast<size_t>(end - i))), static_cast<size_t>(end - i));
-    total += ReduceAdd(acc);
+    for (; i + 2 * kStep <= end; i += 2 * kStep) {
+      acc0 = acc0 + f(Vec::Load(row + i));
+      acc1 = acc1 + f(Vec::Load(row + i + kStep));
+    }
+    if (i + kStep <= end) {
+      acc0 = acc0 + f(Vec::Load(row + i));
+      i += kStep;
+    }
+    if (i < end) acc1 = acc1 + KeepFirst(f(LoadPartial(row + i, static_cast<size_t>(end - i))), static_cast<size_t>(end - i));
+    total += ReduceAdd(acc0 + acc1);
   }
   return total;
 }
@@ -90,28 +99,35 @@ double RowSum(const T* row, int64_t n, F f) {
 // with d = centre(v) over row[0, n): *sum += sum of d, *squares += sum of d^2 in one pass. The
 // squares in float blocks flushed into double; the sum of d in double lanes: it is the mean's
 // last digits, and a zero-mean group's mean is itself small (float sums gave 3e-5 relative error
-// at M = 131072)
+// at M = 131072). Alternate vectors go to two sets of sums (as in RowSum).
 template <typename T, typename F>
 void RowSums(const T* row, int64_t n, F centre, double* sum, double* squares) {
-  DoubleLanes sum_lanes;
+  constexpr int64_t kStep = static_cast<int64_t>(kLanes);
+  DoubleLanes sum_lanes[2];
   for (int64_t start = 0; start < n; start += kSumBlock) {
     const int64_t end = start + kSumBlock < n ? start + kSumBlock : n;
-    Vec acc2 = Vec::Zero();
+    Vec acc2[2] = {Vec::Zero(), Vec::Zero()};
+    auto add = [&](int k, Vec d) {
+      sum_lanes[k].Add(d);
+      acc2[k] = Fma(d, d, acc2[k]);
+    };
     int64_t i = start;
-    for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) {
-      const Vec d = centre(Vec::Load(row + i));
-      sum_lanes.Add(d);
-      acc2 = Fma(d, d, acc2);
+    for (; i + 2 * kStep <= end; i += 2 * kStep) {
+      add(0, centre(Vec::Load(row + i)));
+      add(1, centre(Vec::Load(row + i + kStep)));
+    }
+    if (i + kStep <= end) {
+      add(0, centre(Vec::Load(row + i)));
+      i += kStep;
     }
     if (i < end) {
       const size_t count = static_cast<size_t>(end - i);
-      const Vec d = KeepFirst(centre(LoadPartial(row + i, count)), count);
-      sum_lanes.Add(d);
-      acc2 = Fma(d, d, acc2);
+      add(1, KeepFirst(centre(LoadPartial(row + i, count)), count));
     }
-    *squares += ReduceAdd(acc2);
+    *squares += ReduceAdd(acc2[0] + acc2[1]);
   }
-  sum_lanes.AddTo(sum);
+  sum_lanes[0].AddTo(sum);
+  sum_lanes[1].AddTo(sum);
 }
 
 template <typename T>
