@@ -77,6 +77,28 @@ def group_norm_swish(
     return y, mean.reshape(N, num_groups), rstd.reshape(N, num_groups)
 
 
+def _grad_terms(dy, mean, rstd, x, gamma, beta, num_groups, swish_scale=1.0, data_format="NCHW"):
+    """GroupNormSwishGrad's per-element terms, grouped (N, G, C/G, HxW): g = dy * d swish(z)/dz (the
+    summand of dbeta; g * xhat is dgamma's) and xhat; with gamma and rstd shaped to broadcast, and
+    the channels-first shape of x."""
+    op = "GroupNormSwishGrad"
+    x = _channels_first(_f64(x), data_format)
+    dy = _channels_first(_f64(dy), data_format)
+    if dy.shape != x.shape:
+        raise ValueError(f"[{op}] dy {dy.shape} and x {x.shape} must have the same shape")
+    xg = _grouped(x, num_groups, op)
+    N = x.shape[0]
+    rstd_g = _f64(rstd).reshape(N, num_groups, 1, 1)
+    gamma_g = _f64(gamma).reshape(1, num_groups, -1, 1)
+    beta_g = _f64(beta).reshape(1, num_groups, -1, 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        xhat = (xg - _f64(mean).reshape(N, num_groups, 1, 1)) * rstd_g
+        z = xhat * gamma_g + beta_g
+        s = _sigmoid(swish_scale * z)
+        g = dy.reshape(xg.shape) * s * (1.0 + swish_scale * z * (1.0 - s))
+    return g, xhat, gamma_g, rstd_g, x.shape
+
+
 def group_norm_swish_grad(
     dy,
     mean,
@@ -91,31 +113,16 @@ def group_norm_swish_grad(
     data_format="NCHW",
 ):
     """-> (dx, dgamma, dbeta); a gradient whose flag is off is all zeros."""
-    op = "GroupNormSwishGrad"
-    x = _channels_first(_f64(x), data_format)
-    dy = _channels_first(_f64(dy), data_format)
-    if dy.shape != x.shape:
-        raise ValueError(f"[{op}] dy {dy.shape} and x {x.shape} must have the same shape")
-    xg = _grouped(x, num_groups, op)
-    dyg = dy.reshape(xg.shape)
-    N, C = x.shape[:2]
-    mean_g = _f64(mean).reshape(N, num_groups, 1, 1)
-    rstd_g = _f64(rstd).reshape(N, num_groups, 1, 1)
-    gamma_g = _f64(gamma).reshape(1, num_groups, -1, 1)
-    beta_g = _f64(beta).reshape(1, num_groups, -1, 1)
-
+    g, xhat, gamma_g, rstd_g, shape = _grad_terms(dy, mean, rstd, x, gamma, beta, num_groups, swish_scale, data_format)
+    C = shape[1]
     with np.errstate(invalid="ignore", over="ignore"):
-        xhat = (xg - mean_g) * rstd_g
-        z = xhat * gamma_g + beta_g
-        s = _sigmoid(swish_scale * z)
-        g = dyg * s * (1.0 + swish_scale * z * (1.0 - s))
-        M = xg.shape[2] * xg.shape[3]
+        M = xhat.shape[2] * xhat.shape[3]
         c1 = (g * gamma_g).sum(axis=(2, 3), keepdims=True) / M
         c2 = (g * gamma_g * xhat).sum(axis=(2, 3), keepdims=True) / M
         dx = rstd_g * (g * gamma_g - c1 - xhat * c2)
         dgamma = (g * xhat).sum(axis=(0, 3)).reshape(C) if dgamma_is_require else np.zeros(C)
         dbeta = g.sum(axis=(0, 3)).reshape(C) if dbeta_is_require else np.zeros(C)
-    dx = dx.reshape(x.shape)
+    dx = dx.reshape(shape)
     if data_format == "NHWC":
         dx = np.moveaxis(dx, 1, -1)
     return dx, dgamma, dbeta

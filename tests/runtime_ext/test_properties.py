@@ -23,6 +23,9 @@ elementwise x within 0.25 of the derivative's zero (ascend_grad.testing.away_fro
 group of M = 2 elements (dx = O(eps) after cancellation), and tensors whose whole result lives
 below 2^-120 (an elementwise factor, gradient or result that float32 can only hold as a subnormal):
 such elements are allowed only where they cannot carry the tensor's maximum (`_resolvable`).
+Nor a parameter gradient (dgamma, dbeta: per channel a sum over N * HxW terms) that cancels so far
+that one float32 rounding per term already exceeds its bound (`_sum_resolvable`): those outputs
+are not judged in that case, dx still is.
 A +-inf gradient is placed only where |x| <= 64, where the factor it multiplies is a normal float
 (beyond that float32's factor is 0 and inf * 0 = NaN while float64 still gives +-inf).
 
@@ -62,7 +65,7 @@ LARGE_SIZES = [4095, 4097, 16383, 16384, 16385]
 MAX_ELEMENTS = 70_000
 
 EXAMPLES = {"SiluBackward": 14, "MishBackward": 10, "GroupNormSwish": 10, "GroupNormSwishGrad": 10}
-CASES = {"run": 0}  # examples actually executed (hypothesis included), printed at module end
+CASES = {"run": 0, "sums unjudged": 0}  # examples executed (hypothesis included); printed at module end
 SETTINGS = dict(deadline=None, derandomize=False, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TINY = 2.0**-120  # below this a float32 intermediate is (nearly) subnormal: see the module doc
@@ -74,7 +77,8 @@ def _report_cases():
     total = CASES["run"]
     planned = sum(EXAMPLES[op] * n * len(FAMILIES) for op, n in
                   (("SiluBackward", 3), ("MishBackward", 9), ("GroupNormSwish", 9), ("GroupNormSwishGrad", 9)))
-    print(f"\nproperty cases: {total} run ({planned} = max_examples x dtype combinations x families planned)")
+    print(f"\nproperty cases: {total} run ({planned} = max_examples x dtype combinations x families planned); "
+          f"{CASES['sums unjudged']} parameter gradients left unjudged (_sum_resolvable)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,6 +154,17 @@ def _resolvable(ref, parts, out_dtype):
     worst_bad = ref[bad & np.isfinite(ref)].max(initial=0.0)
     best_good = ref[good].max(initial=0.0)
     return worst_bad <= 0.25 * TOLERANCE[np.dtype(out_dtype)] * best_good
+
+
+def _sum_resolvable(terms, ref, out_dtype):
+    """False when a parameter gradient (per channel, a sum of float64 `terms`, channels on axes 1
+    and 2 of (N, G, C/G, HxW)) cancels so far that one float32 rounding per term, as random-walk
+    noise 2^-23 sqrt(sum terms^2), is above a quarter of the bound on the sums' own maximum."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        noise = 2.0**-23 * np.sqrt(np.square(terms).sum(axis=(0, 3)))
+    ref = np.abs(np.asarray(ref, np.float64)).reshape(noise.shape)
+    finite = np.isfinite(ref) & np.isfinite(noise)
+    return noise[finite].max(initial=0.0) <= 0.25 * TOLERANCE[np.dtype(out_dtype)] * ref[finite].max(initial=0.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,9 +449,14 @@ def test_group_norm_swish_grad(T, U, family):
             ref = ops.reference.group_norm_swish_grad(*feeds.values(), G, swish_scale=swish_scale, data_format=data_format,
                                                       dgamma_is_require=bool(dgamma_flag), dbeta_is_require=bool(dbeta_flag))
         got = _run(_session("GroupNormSwishGrad", inputs, threads, **attrs), feeds)
+        g, xhat = ops.reference._grad_terms(*feeds.values(), G, swish_scale, data_format)[:2]
+        terms = {"dx": None, "dgamma": g * xhat if dgamma_flag else None, "dbeta": g if dbeta_flag else None}
         for name, expected, dtype in zip(("dx", "dgamma", "dbeta"), ref, (T, U, U)):
             if not _resolvable(expected, (), dtype):  # a whole result below 2^-120 (module doc): dx of
                 continue  # 3.5e-41 came out 0.5% off through float32 subnormals, whatever the kernel
+            if terms[name] is not None and not _sum_resolvable(terms[name], expected, dtype):
+                CASES["sums unjudged"] += 1
+                continue  # (module doc) seen: dbeta 0.0352 of 585 terms (mean |g| 0.47), noise 2e-6 > 3.5e-7
             _check(got[name], expected, name, dtype)
 
     prop()
