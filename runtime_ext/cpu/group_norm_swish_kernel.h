@@ -26,7 +26,13 @@
 namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
-inline Vec Swish(Vec z, Vec scale, bool activate) { return activate ? z * SigmoidOf(scale * z).s() : z; }
+// z sigmoid(k z) as (z b) q: z b is formed while the divide runs (see SigmoidOf)
+inline Vec SwishOf(Vec z, Vec u) {
+  const SigmoidParts sig = SigmoidOf(u);
+  return (z * sig.b()) * sig.q;
+}
+
+inline Vec Swish(Vec z, Vec scale, bool activate) { return activate ? SwishOf(z, scale * z) : z; }
 
 // x[0] cut to 16 significant bits, or 0 when it is not finite (an infinity would turn every
 // shifted value into NaN where the mean is an infinity)
@@ -187,9 +193,9 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   if (!a.activate_swish) {
     rows([](Vec z) { return z; });
   } else if (a.swish_scale == 1.0f) {
-    rows([](Vec z) { return z * SigmoidOf(z).s(); });
+    rows([](Vec z) { return SwishOf(z, z); });
   } else {
-    rows([&](Vec z) { return z * SigmoidOf(scale * z).s(); });
+    rows([&](Vec z) { return SwishOf(z, scale * z); });
   }
 }
 

@@ -6,12 +6,13 @@
 namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
-// The swish family's gradient at u = b z: d/dz [z sigmoid(b z)] = s (1 + u (1 - s)) = s + u s (1 - s),
-// s = sigmoid(u), with s (1 - s) = e q^2 (see SigmoidOf). SiLU is b = 1; GroupNormSwishGrad uses
-// it with its swish_scale.
+// The swish family's gradient at u = k z: d/dz [z sigmoid(k z)] = s (1 + u (1 - s)) = s + u s (1 - s),
+// s = sigmoid(u) = b q, s (1 - s) = e q^2 (see SigmoidOf), so it is q (b + u e q): dy q and u e
+// are formed while the divide runs, two operations follow it. SiLU is k = 1; GroupNormSwishGrad
+// uses it with its swish_scale.
 inline Vec SwishGrad(Vec dy, Vec u) {
   const SigmoidParts sig = SigmoidOf(u);
-  return dy * Fma(u * sig.eq, sig.q, sig.s());
+  return (dy * sig.q) * Fma(u * sig.e, sig.q, sig.b());
 }
 
 struct SiluGrad {

@@ -330,18 +330,18 @@ inline T* Scratch(size_t count, int slot) {
   return static_cast<T*>(ThreadScratch(count * sizeof(T), slot));
 }
 
-// sigmoid(u) from e = exp(-|u|) <= 1 and q = 1 / (1 + e): s = q for u >= 0, e q for u < 0, so both
-// tails are relatively exact and nothing overflows; and s (1 - s) = e q^2 on either side.
+// sigmoid(u) from e = exp(-|u|) <= 1 and q = 1 / (1 + e): s = b q with b = 1 for u >= 0 and e for
+// u < 0, so both tails are relatively exact and nothing overflows; and s (1 - s) = e q^2 on either
+// side. b is ready before the divide: a product by b leaves only one multiply by q after it.
 struct SigmoidParts {
-  Vec q, eq;
+  Vec e, q;
   Mask negative;
-  Vec s() const { return Select(negative, eq, q); }
+  Vec b() const { return Select(negative, e, Vec::Broadcast(1.0f)); }  // s = b q
 };
 
 inline SigmoidParts SigmoidOf(Vec u) {
   const Vec e = ExpNeg(NegAbs(u));
-  const Vec q = Rcp(Vec::Broadcast(1.0f) + e);
-  return {q, e * q, Less(u, Vec::Zero())};
+  return {e, Rcp(Vec::Broadcast(1.0f) + e), Less(u, Vec::Zero())};
 }
 
 }  // namespace ASCEND_GRAD_ISA
