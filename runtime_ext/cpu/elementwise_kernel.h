@@ -60,6 +60,16 @@ bool StreamHead(const TOut* out, size_t* head) {
   return bytes % sizeof(TOut) == 0;
 }
 
+// ElementwiseLoop walked as `walk` says (kNeither walks forward, through the cache)
+template <typename Op, typename TDy, typename TX, typename TOut, bool kDyBroadcast, bool kXBroadcast, bool kStream>
+void Walked(Walk walk, const TDy* dy, const TX* x, TOut* out, size_t n, size_t head = 0) {
+  if (walk == Walk::kBackward) {
+    ElementwiseLoop<Op, TDy, TX, TOut, kDyBroadcast, kXBroadcast, kStream, true>(dy, x, out, n, head);
+  } else {
+    ElementwiseLoop<Op, TDy, TX, TOut, kDyBroadcast, kXBroadcast, kStream>(dy, x, out, n, head);
+  }
+}
+
 template <typename Op, typename TDy, typename TX, typename TOut>
 void Elementwise(const void* dy, bool dy_broadcast, const void* x, bool x_broadcast, void* out, size_t n, bool stream) {
   const auto* a = static_cast<const TDy*>(dy);
@@ -73,19 +83,15 @@ void Elementwise(const void* dy, bool dy_broadcast, const void* x, bool x_broadc
   if (dy_broadcast && x_broadcast) {
     ElementwiseLoop<Op, TDy, TX, TOut, true, true, false>(a, b, c, n);
   } else if (dy_broadcast) {
-    if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, true, false, false, true>(a, b, c, n);
-    else ElementwiseLoop<Op, TDy, TX, TOut, true, false, false>(a, b, c, n);
+    Walked<Op, TDy, TX, TOut, true, false, false>(walk, a, b, c, n);
   } else if (x_broadcast) {
-    if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, true, false, true>(a, b, c, n);
-    else ElementwiseLoop<Op, TDy, TX, TOut, false, true, false>(a, b, c, n);
+    Walked<Op, TDy, TX, TOut, false, true, false>(walk, a, b, c, n);
   } else if (stream && (walk == Walk::kForward || (walk == Walk::kBackward && kStreamsBackward<TOut>)) &&
              StreamHead(c, &head)) {  // the big same-shape case
-    if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, false, true, true>(a, b, c, n, head);
-    else ElementwiseLoop<Op, TDy, TX, TOut, false, false, true>(a, b, c, n, head);
+    Walked<Op, TDy, TX, TOut, false, false, true>(walk, a, b, c, n, head);
     StreamFence();
   } else {
-    if (walk == Walk::kBackward) ElementwiseLoop<Op, TDy, TX, TOut, false, false, false, true>(a, b, c, n);
-    else ElementwiseLoop<Op, TDy, TX, TOut, false, false, false>(a, b, c, n);
+    Walked<Op, TDy, TX, TOut, false, false, false>(walk, a, b, c, n);
   }
 }
 
