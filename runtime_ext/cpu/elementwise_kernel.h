@@ -60,7 +60,7 @@ bool StreamHead(const TOut* out, size_t* head) {
   return bytes % sizeof(TOut) == 0;
 }
 
-// ElementwiseLoop walked as `walk` says (kNeither walks forward, through the cache)
+// ElementwiseLoop walked as `walk` says
 template <typename Op, typename TDy, typename TX, typename TOut, bool kDyBroadcast, bool kXBroadcast, bool kStream>
 void Walked(Walk walk, const TDy* dy, const TX* x, TOut* out, size_t n, size_t head = 0) {
   if (walk == Walk::kBackward) {
@@ -86,8 +86,8 @@ void Elementwise(const void* dy, bool dy_broadcast, const void* x, bool x_broadc
     Walked<Op, TDy, TX, TOut, true, false, false>(walk, a, b, c, n);
   } else if (x_broadcast) {
     Walked<Op, TDy, TX, TOut, false, true, false>(walk, a, b, c, n);
-  } else if (stream && (walk == Walk::kForward || (walk == Walk::kBackward && kStreamsBackward<TOut>)) &&
-             StreamHead(c, &head)) {  // the big same-shape case
+  } else if (stream && (walk == Walk::kForward || kStreamsBackward<TOut>) && StreamHead(c, &head)) {
+    // the big same-shape case
     Walked<Op, TDy, TX, TOut, false, false, true>(walk, a, b, c, n, head);
     StreamFence();
   } else {
