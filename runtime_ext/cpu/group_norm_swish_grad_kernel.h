@@ -10,6 +10,8 @@
 // in a fixed order inside its task, so results do not depend on the thread count.
 #pragma once
 
+#include <cmath>
+#include <limits>
 #include <type_traits>
 
 #include "cpu/kernels.h"
@@ -21,6 +23,17 @@ namespace ASCEND_GRAD_ISA {
 // Float sums are flushed into double every kSumBlock elements: float accumulation, bounded error.
 constexpr int64_t kSumBlock = 4096;
 
+// A slab whose every output the formula makes NaN is written as one quiet NaN. Where several NaN
+// operands meet, x86 returns the one in a given operand position, which the compiler assigns per
+// code site: the forward and backward walks would give NaNs of different signs.
+template <typename T>
+void FillNaN(T* out, int64_t count) {
+  const Vec nan = Vec::Broadcast(std::numeric_limits<float>::quiet_NaN());
+  for (int64_t i = 0; i < count; i += kLanes) {
+    StorePartial(nan, out + i, static_cast<size_t>(count - i < static_cast<int64_t>(kLanes) ? count - i : kLanes));
+  }
+}
+
 template <typename T>
 void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
   const int64_t n = task / a.G, Cg = a.C / a.G, c0 = (task % a.G) * Cg, HxW = a.HxW;
@@ -31,6 +44,9 @@ void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
   const Vec mean = Vec::Broadcast(a.mean[task]), rstd = Vec::Broadcast(a.rstd[task]);
   // g waits for pass 2 in dx itself when T is float (less cache), else in a float scratch
   float* g_all = std::is_same_v<T, float> ? reinterpret_cast<float*>(dx) : Scratch(static_cast<size_t>(Cg * HxW), 0);
+  // dx lying 1..1024 bytes after x in the page stalls the loads of x on the stores of dx walking
+  // forward (page_walk.h): pass 2, elementwise (the sums are all taken), then walks backward
+  const bool x_stalls = ForwardStalls(PageGap(dx, x));
 
   double sum_dbeta = 0.0, sum_dgamma = 0.0;  // sum_c gamma[c] * (per-channel sums)
   for (int64_t c = 0; c < Cg; ++c) {
@@ -70,23 +86,33 @@ void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
 
   const double M = static_cast<double>(Cg * HxW);
   const float c1 = static_cast<float>(sum_dbeta / M), c2 = static_cast<float>(sum_dgamma / M);
+  if (std::isnan(c1) || std::isnan(c2)) return FillNaN(dx, Cg * HxW);  // (c1 and c2 enter every dx)
   // dx = rstd * ((g * gamma - c1) - xhat * c2), in the formula's own order: where the math gives 0
   // (a group of one element: g * gamma == c1, xhat == 0) the result is exactly 0
   const Vec c1v = Vec::Broadcast(c1), c2v = Vec::Broadcast(c2);
-  for (int64_t c = 0; c < Cg; ++c) {
+  const int64_t whole = HxW - HxW % static_cast<int64_t>(kLanes);  // whole vectors in a row
+  for (int64_t k = 0; k < Cg; ++k) {
+    const int64_t c = x_stalls ? Cg - 1 - k : k;
     const Vec gamma = Vec::Broadcast(a.gamma[c0 + c]);
     const T* x_row = x + c * HxW;
     const float* g_row = g_all + c * HxW;
     T* dx_row = dx + c * HxW;
-    int64_t i = 0;
-    for (; i + static_cast<int64_t>(kLanes) <= HxW; i += kLanes) {
+    auto vector = [&](int64_t i) {
       const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
       (rstd * FnMadd(xhat, c2v, Vec::Load(g_row + i) * gamma - c1v)).Store(dx_row + i);
-    }
-    if (i < HxW) {
-      const size_t count = static_cast<size_t>(HxW - i);
-      const Vec xhat = (LoadPartial(x_row + i, count) - mean) * rstd;
-      StorePartial(rstd * FnMadd(xhat, c2v, LoadPartial(g_row + i, count) * gamma - c1v), dx_row + i, count);
+    };
+    auto tail = [&] {
+      if (whole == HxW) return;
+      const size_t count = static_cast<size_t>(HxW - whole);
+      const Vec xhat = (LoadPartial(x_row + whole, count) - mean) * rstd;
+      StorePartial(rstd * FnMadd(xhat, c2v, LoadPartial(g_row + whole, count) * gamma - c1v), dx_row + whole, count);
+    };
+    if (x_stalls) {
+      tail();
+      for (int64_t i = whole; i > 0;) vector(i -= kLanes);
+    } else {
+      for (int64_t i = 0; i < whole; i += kLanes) vector(i);
+      tail();
     }
   }
 }

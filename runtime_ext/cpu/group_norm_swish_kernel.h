@@ -166,6 +166,7 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   const float rstd = static_cast<float>(1.0 / std::sqrt(squares / M + static_cast<double>(a.eps)));
   a.mean[task] = mean;
   a.rstd[task] = rstd;
+  if (std::isnan(mean) || std::isnan(rstd)) return FillNaN(y, Cg * HxW);  // (both enter every y)
 
   // the next slab (the next task, which this thread usually runs next) starts loading from memory
   // while this one computes its swish: the first pass over a slab waits on memory, this one on math
