@@ -20,7 +20,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <initializer_list>
 
 #include "cpu/simd.h"
 
