@@ -90,30 +90,22 @@ void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
   // dx = rstd * ((g * gamma - c1) - xhat * c2), in the formula's own order: where the math gives 0
   // (a group of one element: g * gamma == c1, xhat == 0) the result is exactly 0
   const Vec c1v = Vec::Broadcast(c1), c2v = Vec::Broadcast(c2);
-  const int64_t whole = HxW - HxW % static_cast<int64_t>(kLanes);  // whole vectors in a row
   for (int64_t k = 0; k < Cg; ++k) {
     const int64_t c = x_stalls ? Cg - 1 - k : k;
     const Vec gamma = Vec::Broadcast(a.gamma[c0 + c]);
     const T* x_row = x + c * HxW;
     const float* g_row = g_all + c * HxW;
     T* dx_row = dx + c * HxW;
-    auto vector = [&](int64_t i) {
-      const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
-      (rstd * FnMadd(xhat, c2v, Vec::Load(g_row + i) * gamma - c1v)).Store(dx_row + i);
-    };
-    auto tail = [&] {
-      if (whole == HxW) return;
-      const size_t count = static_cast<size_t>(HxW - whole);
-      const Vec xhat = (LoadPartial(x_row + whole, count) - mean) * rstd;
-      StorePartial(rstd * FnMadd(xhat, c2v, LoadPartial(g_row + whole, count) * gamma - c1v), dx_row + whole, count);
-    };
-    if (x_stalls) {
-      tail();
-      for (int64_t i = whole; i > 0;) vector(i -= kLanes);
-    } else {
-      for (int64_t i = 0; i < whole; i += kLanes) vector(i);
-      tail();
-    }
+    WalkRow(
+        HxW, x_stalls,
+        [&](int64_t i) {
+          const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
+          (rstd * FnMadd(xhat, c2v, Vec::Load(g_row + i) * gamma - c1v)).Store(dx_row + i);
+        },
+        [&](int64_t i, size_t count) {
+          const Vec xhat = (LoadPartial(x_row + i, count) - mean) * rstd;
+          StorePartial(rstd * FnMadd(xhat, c2v, LoadPartial(g_row + i, count) * gamma - c1v), dx_row + i, count);
+        });
   }
 }
 

@@ -174,29 +174,21 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   const T* next = task + 1 < a.N * a.G ? x + Cg * HxW : x;
   // y lying just after x in the page stalls x's loads on a forward walk: walk back (page_walk.h)
   const bool backward = ForwardStalls(PageGap(y, x));
-  const int64_t whole = HxW - HxW % static_cast<int64_t>(kLanes);  // whole vectors in a row
   auto rows = [&](auto activation) {
     for (int64_t k = 0; k < Cg; ++k) {
       const int64_t c = backward ? Cg - 1 - k : k;
       const Vec weight = Vec::Broadcast(rstd * a.gamma[c0 + c]), beta = Vec::Broadcast(a.beta[c0 + c]);
       const T* x_row = x + c * HxW;
       T* y_row = y + c * HxW;
-      auto vector = [&](int64_t i) {
-        __builtin_prefetch(next + c * HxW + i, 0, 2);
-        activation(Fma(centred(Vec::Load(x_row + i)), weight, beta)).Store(y_row + i);
-      };
-      auto tail = [&] {
-        if (whole == HxW) return;
-        const size_t count = static_cast<size_t>(HxW - whole);
-        StorePartial(activation(Fma(centred(LoadPartial(x_row + whole, count)), weight, beta)), y_row + whole, count);
-      };
-      if (backward) {
-        tail();
-        for (int64_t i = whole; i > 0;) vector(i -= kLanes);
-      } else {
-        for (int64_t i = 0; i < whole; i += kLanes) vector(i);
-        tail();
-      }
+      WalkRow(
+          HxW, backward,
+          [&](int64_t i) {
+            __builtin_prefetch(next + c * HxW + i, 0, 2);
+            activation(Fma(centred(Vec::Load(x_row + i)), weight, beta)).Store(y_row + i);
+          },
+          [&](int64_t i, size_t count) {
+            StorePartial(activation(Fma(centred(LoadPartial(x_row + i, count)), weight, beta)), y_row + i, count);
+          });
     }
   };
   // the activation chosen once per slab: the swish loop's time goes with its count of vector ops

@@ -52,5 +52,19 @@ inline Walk ChooseWalk(const void* out, const void* last, const void* first) {
   return free(first, true) ? Walk::kForward : Walk::kBackward;
 }
 
+// Over a row of n values: whole(i) for each whole vector [i, i + kLanes), part(i, count) once for
+// the partial vector at its end (if any); in address order, or in reverse when `backward`.
+template <typename Whole, typename Part>
+void WalkRow(int64_t n, bool backward, Whole whole, Part part) {
+  const int64_t end = n - n % static_cast<int64_t>(kLanes);
+  if (backward) {
+    if (end < n) part(end, static_cast<size_t>(n - end));
+    for (int64_t i = end; i > 0;) whole(i -= kLanes);
+  } else {
+    for (int64_t i = 0; i < end; i += kLanes) whole(i);
+    if (end < n) part(end, static_cast<size_t>(n - end));
+  }
+}
+
 }  // namespace ASCEND_GRAD_ISA
 }  // namespace ascend_grad
