@@ -23,17 +23,6 @@ namespace ASCEND_GRAD_ISA {
 // Float sums are flushed into double every kSumBlock elements: float accumulation, bounded error.
 constexpr int64_t kSumBlock = 4096;
 
-// A slab whose every output the formula makes NaN is written as one quiet NaN. Where several NaN
-// operands meet, x86 returns the one in a given operand position, which the compiler assigns per
-// code site: the forward and backward walks would give NaNs of different signs.
-template <typename T>
-void FillNaN(T* out, int64_t count) {
-  const Vec nan = Vec::Broadcast(std::numeric_limits<float>::quiet_NaN());
-  for (int64_t i = 0; i < count; i += kLanes) {
-    StorePartial(nan, out + i, static_cast<size_t>(count - i < static_cast<int64_t>(kLanes) ? count - i : kLanes));
-  }
-}
-
 template <typename T>
 void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
   const int64_t n = task / a.G, Cg = a.C / a.G, c0 = (task % a.G) * Cg, HxW = a.HxW;
@@ -86,7 +75,12 @@ void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
 
   const double M = static_cast<double>(Cg * HxW);
   const float c1 = static_cast<float>(sum_dbeta / M), c2 = static_cast<float>(sum_dgamma / M);
-  if (std::isnan(c1) || std::isnan(c2)) return FillNaN(dx, Cg * HxW);  // (c1 and c2 enter every dx)
+  // c1 and c2 enter every dx: a NaN there makes the slab NaN, written as one quiet NaN. Where several
+  // NaN operands meet, x86 returns the one in a given operand position, which the compiler assigns
+  // per code site: the forward and backward walks would give NaNs of different signs.
+  if (std::isnan(c1) || std::isnan(c2)) {
+    return FillFloats(DTypeOf<T>(), std::numeric_limits<float>::quiet_NaN(), static_cast<size_t>(Cg * HxW), dx);
+  }
   // dx = rstd * ((g * gamma - c1) - xhat * c2), in the formula's own order: where the math gives 0
   // (a group of one element: g * gamma == c1, xhat == 0) the result is exactly 0
   const Vec c1v = Vec::Broadcast(c1), c2v = Vec::Broadcast(c2);

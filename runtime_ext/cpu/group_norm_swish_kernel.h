@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "cpu/group_norm_swish_grad_kernel.h"
 
@@ -166,7 +167,9 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   const float rstd = static_cast<float>(1.0 / std::sqrt(squares / M + static_cast<double>(a.eps)));
   a.mean[task] = mean;
   a.rstd[task] = rstd;
-  if (std::isnan(mean) || std::isnan(rstd)) return FillNaN(y, Cg * HxW);  // (both enter every y)
+  if (std::isnan(mean) || std::isnan(rstd)) {  // both enter every y: one quiet NaN (as in the grad)
+    return FillFloats(DTypeOf<T>(), std::numeric_limits<float>::quiet_NaN(), static_cast<size_t>(Cg * HxW), y);
+  }
 
   // the next slab (the next task, which this thread usually runs next) starts loading from memory
   // while this one computes its swish: the first pass over a slab waits on memory, this one on math
