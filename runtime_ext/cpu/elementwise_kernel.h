@@ -51,10 +51,11 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
 template <typename TOut>
 constexpr bool kStreamsBackward = kLanes * sizeof(TOut) >= 32;
 
-// Elements before out + head is aligned for non-temporal stores; false if no whole number is.
+// Elements before out + head is aligned for non-temporal stores (a vector's bytes of TOut, so the
+// head is less than a vector); false if no whole number is.
 template <typename TOut>
 bool StreamHead(const TOut* out, size_t* head) {
-  constexpr uintptr_t kAlign = kLanes * 4;
+  constexpr uintptr_t kAlign = kLanes * sizeof(TOut);
   const uintptr_t bytes = (kAlign - reinterpret_cast<uintptr_t>(out) % kAlign) % kAlign;
   *head = bytes / sizeof(TOut);
   return bytes % sizeof(TOut) == 0;

@@ -35,6 +35,7 @@ OFFSETS = [
     (16, 16, 2064),  # output half a page away
     (128, 16, 64), (16, 128, 64),  # output between the inputs
     (0, 528, 16), (4032, 48, 0),  # inputs apart
+    (4, 4, 4), (12, 4, 8),  # no vector alignment: a streamed output's head is most of a vector
 ]
 THREADS = [1, 2]
 
