@@ -10,6 +10,18 @@
 namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
+// Streamed outputs: the inputs are fetched into L1 2 KiB ahead of the walk. Behind non-temporal
+// stores the hardware prefetchers of an Intel Xeon (Sapphire Rapids class) fell behind: 16M
+// SiluBackward, 1 thread, a C++ loop around the kernel walked forward, AVX-512 bfloat16 17.6-19.5 ->
+// 7.8-8.3 ms, float 10.7-13.1 -> 7.9-9.6; AVX2 float 18-31 -> 10.4-12.5 (backward walks gained
+// less: 8.5-9.9 -> 8.4-9.4 and 11.8-13.2 -> 9.8-10.7). A prefetch is a hint: it never faults, and
+// its address is formed as an integer, so it may lie outside the array.
+constexpr uintptr_t kPrefetchBytes = 2048;
+inline void PrefetchAhead(const void* p, bool backward) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p) + (backward ? 0 - kPrefetchBytes : kPrefetchBytes);
+  __builtin_prefetch(reinterpret_cast<const void*>(at), 0, 3);
+}
+
 // out[i] = Op(dy[i], x[i]) for i < n. The first `head` elements (fewer than a vector) and the
 // last ones go through padded vectors, so the whole vectors between store to `out + head` on.
 template <typename Op, typename TDy, typename TX, typename TOut, bool kDyBroadcast, bool kXBroadcast, bool kStream,
@@ -18,6 +30,10 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
   const Vec dy_one = kDyBroadcast ? Vec::Broadcast(ToFloat(dy[0])) : Vec::Zero();
   const Vec x_one = kXBroadcast ? Vec::Broadcast(ToFloat(x[0])) : Vec::Zero();
   auto whole = [&](size_t i) {
+    if (kStream) {
+      if (!kDyBroadcast) PrefetchAhead(dy + i, kBackward);
+      if (!kXBroadcast) PrefetchAhead(x + i, kBackward);
+    }
     const Vec a = kDyBroadcast ? dy_one : Vec::Load(dy + i);
     const Vec b = kXBroadcast ? x_one : Vec::Load(x + i);
     if (kStream) {
