@@ -10,11 +10,14 @@
 // digits of x - mean when |mean| >> std (x ~ N(1000, 1)). So:
 //   shift  = the group's first value, cut to 16 significant bits (a coarse grid: x - shift is exact
 //            for every x of up to 2^8 |shift|, and unbiased below |shift| / 2);
-//   mean0  = shift + sum(x - shift) / M, float blocks flushed into double (near the mean);
+//   mean0  = shift + the mean of x - shift over a sample (8 vectors along each channel's row);
 //   centre = mean0 on shift's grid (x - centre exact as above);
 //   d = x - centre: mean = centre + sum(d) / M, sum (x - mean)^2 = sum d^2 - (sum d)^2 / M, in
-//   one pass (the corrected two-pass algorithm); y from x - mean as float hi + lo parts:
-//   (x - hi) - lo, exact for x near the mean.
+//   one pass (the corrected two-pass algorithm), again around mean on shift's grid when the
+//   sample missed the mean by more than the spread (the subtraction would cancel by over 2x);
+//   y from x - mean as float hi + lo parts: (x - hi) - lo, exact for x near the mean.
+// (Sampling instead of a first pass over the slab: (2, 320, 64, 64), G = 32, 1 thread, Intel Xeon
+// AVX-512, 1.31-1.36 -> 1.17-1.19 ms; the same errors against float64.)
 #pragma once
 
 #include <cmath>
@@ -137,6 +140,9 @@ void RowSums(const T* row, int64_t n, F centre, double* sum, double* squares) {
   sum_lanes[1].AddTo(sum);
 }
 
+// vectors per channel row that estimate a slab's mean before its sums
+constexpr int64_t kSamples = 8;
+
 template <typename T>
 void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
   const int64_t n = task / a.G, Cg = a.C / a.G, c0 = (task % a.G) * Cg, HxW = a.HxW;
@@ -147,12 +153,37 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
 
   const float shift = HxW > 0 ? ShiftOf(x) : 0.0f;
   const Vec shift_v = Vec::Broadcast(shift);
-  double sum = 0.0;
-  for (int64_t c = 0; c < Cg; ++c) sum += RowSum(x + c * HxW, HxW, [&](Vec v) { return v - shift_v; });
-  const float centre = CentreNear(static_cast<double>(shift) + sum / M, shift);
-  const Vec centre_v = Vec::Broadcast(centre);
+  // The centre starts as the mean of a sample: kSamples vectors spread along each channel's row (a
+  // short row whole), not a pass over the slab.
+  double sample = 0.0;
+  int64_t sampled = 0;
+  for (int64_t c = 0; c < Cg; ++c) {
+    const T* row = x + c * HxW;
+    if (HxW < kSamples * static_cast<int64_t>(kLanes)) {
+      sample += RowSum(row, HxW, [&](Vec v) { return v - shift_v; });
+      sampled += HxW;
+      continue;
+    }
+    Vec acc = Vec::Zero();
+    for (int64_t k = 0; k < kSamples; ++k) acc = acc + (Vec::Load(row + k * (HxW - static_cast<int64_t>(kLanes)) / (kSamples - 1)) - shift_v);
+    sample += ReduceAdd(acc);
+    sampled += kSamples * static_cast<int64_t>(kLanes);
+  }
+  float centre = CentreNear(static_cast<double>(shift) + (sampled > 0 ? sample / static_cast<double>(sampled) : 0.0), shift);
   double sum_d = 0.0, squares = 0.0;
-  for (int64_t c = 0; c < Cg; ++c) RowSums(x + c * HxW, HxW, [&](Vec v) { return v - centre_v; }, &sum_d, &squares);
+  auto sums = [&] {
+    const Vec centre_v = Vec::Broadcast(centre);
+    sum_d = squares = 0.0;
+    for (int64_t c = 0; c < Cg; ++c) RowSums(x + c * HxW, HxW, [&](Vec v) { return v - centre_v; }, &sum_d, &squares);
+  };
+  sums();
+  // sum d^2 - (sum d)^2 / M cancels by the factor 1 + (mean - centre)^2 / var: past 2 (the channels'
+  // means lie apart by more than the group's spread), sum again around the slab's own mean
+  const double off = sum_d / M;
+  if (!(off * off * M <= squares - sum_d * off)) {
+    centre = CentreNear(static_cast<double>(centre) + off, shift);
+    sums();
+  }
   const double mean_d = static_cast<double>(centre) + sum_d / M;
   squares -= sum_d * sum_d / M;
   if (squares < 0.0) squares = 0.0;  // rounding; NaN stays NaN

@@ -123,6 +123,17 @@ def test_first_value_of_a_group_far_away(rng, runner, first):
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("edge", [1e3, -3e4], ids=str)
+def test_rows_whose_ends_lie_far_away(rng, runner, edge):
+    """The kernel centres a slab's sums on the mean of a few vectors spread along each channel's
+    row, its first and last among them; with every row's first and last 16 values far away, that
+    estimate lies many spreads from the mean, and the kernel sums the slab again around its mean."""
+    x = random_array(rng, (1, 4, 128, 128), F32)
+    x[..., 0, :16] = x[..., -1, -16:] = edge
+    _run(runner, x, random_array(rng, 4, F32), random_array(rng, 4, F32), 2)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
 def test_nan_spreads_over_its_group_only(rng, runner):
     x = random_array(rng, (2, 8, 3, 3), F32)
     x[0, 6, 1, 1] = np.nan  # n = 0, group 1 of 2
