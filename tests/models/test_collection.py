@@ -126,7 +126,11 @@ def test_fused_outputs_equal_the_originals(fused, rng, name):
     feeds = random_feeds(original, seed=int(rng.integers(2**31)), symbolic=3)
     want = run_onnxruntime(original, feeds)
     got = run_kernels(model, feeds)
-    bound = TOLERANCE[lowest_precision(original)]
+    # in float16 and bfloat16 each graph may lie SPEC's bound from the exact result: the two may
+    # differ by twice that (as in test_bundled_graphs; a weight gradient of
+    # gn_silu.train.aot.noopt.o21.static.f16.init differed by 1.14e-3, seed 988154885, Intel Xeon)
+    lowest = lowest_precision(original)
+    bound = TOLERANCE[lowest] * (1 if lowest == np.dtype(np.float32) else 2)
     assert list(got) == list(want)
     for output, value in want.items():
         error = output_error(got[output], value)
