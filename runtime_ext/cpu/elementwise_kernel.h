@@ -12,8 +12,8 @@ namespace ASCEND_GRAD_ISA {
 
 // Streamed outputs: the inputs are fetched into L1 2 KiB ahead of the walk. Behind non-temporal
 // stores the hardware prefetchers of an Intel Xeon (Sapphire Rapids class) fell behind: 16M
-// SiluBackward, 1 thread, a C++ loop around the kernel walked forward, AVX-512 bfloat16 17.6-19.5 ->
-// 7.8-8.3 ms, float 10.7-13.1 -> 7.9-9.6; AVX2 float 18-31 -> 10.4-12.5 (backward walks gained
+// SiluBackward, 1 thread, a C++ loop around the kernel walked forward, AVX-512 bfloat16 14.7-19.5 ->
+// 7.8-8.2 ms, float 10.4-13.1 -> 7.9-9.6; AVX2 float 18-31 -> 10.4-12.5 (backward walks gained
 // less: 8.5-9.9 -> 8.4-9.4 and 11.8-13.2 -> 9.8-10.7). A prefetch is a hint: it never faults, and
 // its address is formed as an integer, so it may lie outside the array.
 constexpr uintptr_t kPrefetchBytes = 2048;
