@@ -17,8 +17,9 @@ to the arrays the kernel moves (3 for the elementwise ops and GroupNormSwish, 5 
 GroupNormSwishGrad: see bench/kernels.py); fused / floor is at the worst placement.
 
 The instruction-set table times each path the CPU has (ASCEND_GRAD_ISA forced, one child process
-each) on the float32 and bfloat16 cases at the arena placement, one thread, and names the path the
-library picks by itself and the fastest. Before: the CPU model, the path picked and the caches.
+each, ROUNDS rounds with the paths in rotating order, the median per case) on the float32 and
+bfloat16 cases with every tensor at the start of a page (the arena's placement differs from process
+to process), one thread, and names the path the library picks by itself and the fastest. Before: the CPU model, the path picked and the caches.
 --write puts both tables in bench/results.md, section "## Alignment sweep".
 """
 
@@ -215,9 +216,12 @@ def sweep(threads=(1, 2), dtypes=("float32", "bfloat16"), out=None, torch=None) 
     return rows
 
 
+ISA_PLACEMENT = (0, 0, 0)
+
+
 def isa_child(dtypes) -> dict[str, float]:
-    """(in a child with ASCEND_GRAD_ISA set) ms of every case at the arena placement, one thread."""
-    return {f"{case.label} {name}": Runner(case, 1).times([None])[None] for name in dtypes
+    """(in a child with ASCEND_GRAD_ISA set) ms of every case at ISA_PLACEMENT, one thread."""
+    return {f"{case.label} {name}": Runner(case, 1).times([ISA_PLACEMENT], rounds=1)[ISA_PLACEMENT] for name in dtypes
             for case in cases(DTYPES[name], None)}
 
 
@@ -225,13 +229,17 @@ def instruction_sets(dtypes=("float32", "bfloat16"), out=None) -> None:
     out = out or sys.stdout
     picked = kernel_isa()
     available = runtime_ext.runnable_isas()[::-1]  # (narrowest first)
-    timings = {}
-    for isa in available:
-        env = dict(os.environ, ASCEND_GRAD_ISA=isa)
-        done = subprocess.run([sys.executable, "-m", "ascend_grad.bench.alignment", "--isa-child", "--dtypes", *dtypes],
-                              capture_output=True, text=True, env=env, check=True)
-        timings[isa] = json.loads(done.stdout.strip().splitlines()[-1])
-    header = ["case (1 thread, arena)", *[f"{isa} ms" for isa in available], "fastest"]
+    # ROUNDS child processes per path, the paths in turn and their order rotated each round, so the
+    # machine's drift falls on every path alike; each case's median over the rounds
+    taken = {isa: [] for isa in available}
+    for r in range(ROUNDS):
+        for isa in available[r % len(available):] + available[:r % len(available)]:
+            env = dict(os.environ, ASCEND_GRAD_ISA=isa)
+            done = subprocess.run([sys.executable, "-m", "ascend_grad.bench.alignment", "--isa-child", "--dtypes", *dtypes],
+                                  capture_output=True, text=True, env=env, check=True)
+            taken[isa].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    timings = {isa: {label: float(np.median([t[label] for t in runs])) for label in runs[0]} for isa, runs in taken.items()}
+    header = [f"case (1 thread, placement {ISA_PLACEMENT})", *[f"{isa} ms" for isa in available], "fastest"]
     print("| " + " | ".join(header) + " |", file=out)
     print("|" + "---|" * len(header), file=out)
     for label in timings[available[0]]:
