@@ -19,7 +19,8 @@ GroupNormSwishGrad: see bench/kernels.py); fused / floor is at the worst placeme
 The instruction-set table times each path the CPU has (ASCEND_GRAD_ISA forced, one child process
 each, ROUNDS rounds with the paths in rotating order, the median per case) on the float32 and
 bfloat16 cases with every tensor at the start of a page (the arena's placement differs from process
-to process), one thread, and names the path the library picks by itself and the fastest. Before: the CPU model, the path picked and the caches.
+to process), one thread, and names the path the library picks by itself and the fastest. Before:
+the CPU model, the path picked and the caches.
 --write puts both tables in bench/results.md, section "## Alignment sweep".
 """
 
