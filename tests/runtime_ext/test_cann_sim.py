@@ -496,6 +496,9 @@ def test_plain_graph_runs_on_the_simulated_npu(cann, rng, tmp_path, preload):
     model = _plain_graph()
     onnx.save(model, tmp_path / "plain.onnx")
     feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in model.graph.input}
+    # k at 1/8: y (float16) then stays below 8.5e3 (3000 seeds); at scale 1 it reached float16's
+    # largest value, where the NPU and the CPU round to 65504 or inf by a hair (seed 131035120)
+    feeds["k"] *= np.float32(0.125)
     np.savez(tmp_path / "plain.npz", **feeds)
     results, report = cann.run_models([{"name": "plain", "path": str(tmp_path / "plain.onnx"), "feeds": str(tmp_path / "plain.npz")}],
                                       tmp_path / "out", preload=preload)
