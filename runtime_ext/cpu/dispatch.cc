@@ -33,6 +33,7 @@ KernelTable Avx512bf16Table();
 namespace {
 
 KernelTable g_table = GenericTable();
+bool g_streams_walk_by_gap = true;
 
 bool Built(const char* isa) {
   if (std::strcmp(isa, "avx2") == 0) return ASCEND_GRAD_WITH_AVX2 == 1;
@@ -58,6 +59,18 @@ bool CpuHas(const char* isa) {
   }
 #endif
   return std::strcmp(isa, "generic") == 0;
+}
+
+// Behind non-temporal stores, AMD's cores made the loads 4K-aliased with them wait (page_walk.h);
+// Intel's did not once the inputs were prefetched, and walked backward slower than forward
+// (elementwise_kernel.h).
+bool IsIntel() {
+#if defined(__x86_64__) || defined(_M_X64)
+  __builtin_cpu_init();
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
 }
 
 KernelTable TableFor(const char* isa) {
@@ -91,10 +104,20 @@ void SelectKernels() {
     }
   }
   g_table = TableFor(chosen);
-  if (std::getenv("ASCEND_GRAD_VERBOSE") != nullptr) std::fprintf(stderr, "ascend-grad: %s kernels\n", g_table.isa);
+  g_streams_walk_by_gap = !IsIntel();
+  const char* walk = std::getenv("ASCEND_GRAD_STREAM_WALK");  // for tests and comparisons
+  if (walk != nullptr && *walk != '\0') {
+    if (std::strcmp(walk, "gap") == 0 || std::strcmp(walk, "forward") == 0) g_streams_walk_by_gap = std::strcmp(walk, "gap") == 0;
+    else std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_STREAM_WALK=%s is neither gap nor forward\n", walk);
+  }
+  if (std::getenv("ASCEND_GRAD_VERBOSE") != nullptr) {
+    std::fprintf(stderr, "ascend-grad: %s kernels, streams walk %s\n", g_table.isa, g_streams_walk_by_gap ? "by page gap" : "forward");
+  }
 }
 
 const KernelTable& Kernels() { return g_table; }
+
+bool StreamsWalkByGap() { return g_streams_walk_by_gap; }
 
 void* ThreadScratch(size_t bytes, int slot) {
   thread_local std::vector<unsigned char> buffers[4];

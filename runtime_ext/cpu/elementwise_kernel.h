@@ -96,6 +96,7 @@ void Elementwise(const void* dy, bool dy_broadcast, const void* x, bool x_broadc
   const void* dy_stream = !dy_broadcast && sizeof(TDy) == sizeof(TOut) ? dy : nullptr;
   const void* x_stream = !x_broadcast && sizeof(TX) == sizeof(TOut) ? x : nullptr;
   const Walk walk = ChooseWalk(out, dy_stream, x_stream);
+  const Walk stream_walk = StreamsWalkByGap() ? walk : Walk::kForward;
   size_t head = 0;
   if (dy_broadcast && x_broadcast) {
     ElementwiseLoop<Op, TDy, TX, TOut, true, true, false>(a, b, c, n);
@@ -103,9 +104,9 @@ void Elementwise(const void* dy, bool dy_broadcast, const void* x, bool x_broadc
     Walked<Op, TDy, TX, TOut, true, false, false>(walk, a, b, c, n);
   } else if (x_broadcast) {
     Walked<Op, TDy, TX, TOut, false, true, false>(walk, a, b, c, n);
-  } else if (stream && (walk == Walk::kForward || kStreamsBackward<TOut>) && StreamHead(c, &head)) {
+  } else if (stream && (stream_walk == Walk::kForward || kStreamsBackward<TOut>) && StreamHead(c, &head)) {
     // the big same-shape case
-    Walked<Op, TDy, TX, TOut, false, false, true>(walk, a, b, c, n, head);
+    Walked<Op, TDy, TX, TOut, false, false, true>(stream_walk, a, b, c, n, head);
     StreamFence();
   } else {
     Walked<Op, TDy, TX, TOut, false, false, false>(walk, a, b, c, n);

@@ -66,4 +66,9 @@ void* ThreadScratch(size_t bytes, int slot);
 void SelectKernels();
 const KernelTable& Kernels();
 
+// Whether streamed (non-temporal) outputs pick their walk from the tensors' places in the page
+// like cached ones (page_walk.h), or always walk forward: by gap on every CPU but Intel's, or as
+// ASCEND_GRAD_STREAM_WALK=gap|forward says. Chosen in SelectKernels.
+bool StreamsWalkByGap();
+
 }  // namespace ascend_grad

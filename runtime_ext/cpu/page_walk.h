@@ -15,12 +15,19 @@
 // their pages 31.9 ms forward (self's loads stall) vs 18.0 backward (gradOutput's do); at (16, 128,
 // 64) 18.0 forward vs 18.2 backward; (0, 0, 0) 16.6. (Before: through the cache, forward, about
 // 1.2-1.3x the best; staging the stalling input through a scratch block cost more than the stall.)
+// Streamed outputs on Intel walk forward whatever the gaps (StreamsWalkByGap): on an Intel Xeon
+// (Sapphire Rapids class), with the inputs prefetched (elementwise_kernel.h), a forward walk did not
+// stall at any placement and a backward one ran slower at all (C++ loop, 16M float SiluBackward,
+// one thread, 6 placements: 3-17%). bench/alignment.py's placements, same case: the walk by gap
+// 7.8-10.2 ms, always forward 7.9-8.7; 2 threads, 16M float MishBackward 4.4-5.3 vs 4.4-4.8. Cached
+// outputs keep the rule there (1M float MishBackward, 2 threads: by gap 0.25-0.27, forward 0.25-0.28).
 // The arithmetic per element is the same on every walk.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "cpu/kernels.h"
 #include "cpu/simd.h"
 
 namespace ascend_grad {

@@ -66,3 +66,25 @@ def test_every_instruction_set_passes_the_op_tests(isa):
     assert f"ascend-grad: {isa} kernels" in done.stderr + done.stdout
     assert re.search(r"\d+ passed", done.stdout)
 
+
+
+def _verbose_line(**env) -> str:
+    """The library's ASCEND_GRAD_VERBOSE report, from a child process that registers it with `env`."""
+    env = dict({k: v for k, v in os.environ.items() if not k.startswith("ASCEND_GRAD_")}, ASCEND_GRAD_VERBOSE="1", **env)
+    done = subprocess.run([sys.executable, "-c", "from ascend_grad import runtime_ext; runtime_ext.session_options()"],
+                          capture_output=True, text=True, env=env, check=True)
+    return done.stderr
+
+
+def test_streamed_walk_follows_the_cpu_vendor_or_the_environment():
+    """Streamed outputs walk forward on Intel, by page gap elsewhere (runtime_ext/cpu/page_walk.h);
+    ASCEND_GRAD_STREAM_WALK=gap|forward overrides that, and any other value is reported and ignored."""
+    cpuinfo = Path("/proc/cpuinfo")
+    vendor = re.search(r"vendor_id\s*:\s*(\S+)", cpuinfo.read_text()) if cpuinfo.exists() else None
+    default = "forward" if vendor and vendor.group(1) == "GenuineIntel" else "by page gap"
+    assert re.search(rf"ascend-grad: \w+ kernels, streams walk {default}\n", _verbose_line())
+    assert "streams walk by page gap\n" in _verbose_line(ASCEND_GRAD_STREAM_WALK="gap")
+    assert "streams walk forward\n" in _verbose_line(ASCEND_GRAD_STREAM_WALK="forward")
+    bad = _verbose_line(ASCEND_GRAD_STREAM_WALK="backward")
+    assert "ASCEND_GRAD_STREAM_WALK=backward is neither gap nor forward" in bad
+    assert f"streams walk {default}\n" in bad

@@ -7,12 +7,14 @@ the arithmetic or its order: so each op runs with its streamed inputs (gradOutpu
 its outputs placed at a designed set of byte offsets into a page (equal, output just after, just
 before or far from the inputs, inputs apart), bound in place through IO binding, and every result
 must equal, bit for bit, the result at offsets (0, 0, 0) with one thread; with 2 threads too. The
-offsets cover every walk. Every test's name holds "kernels", the -k filter of test_library's reruns
+offsets cover every walk (the streamed cases under both rules for a streamed walk: by gap and
+always forward). Every test's name holds "kernels", the -k filter of test_library's reruns
 under each instruction set.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 
@@ -60,30 +62,39 @@ def _bound(array: np.ndarray):
 
 
 _SESSIONS: dict = {}
-_LIBRARY: list = []
+_LIBRARIES: dict = {}
 
 
-def _library() -> str:
-    """A private copy of the kernel library, taken once per run (as in test_properties): the library
-    is rebuilt in place while others work in this checkout, and a mapped library overwritten under a
-    session crashes it."""
-    if not _LIBRARY:
-        _LIBRARY.append(shutil.copy(runtime_ext.library_path(), tempfile.mkdtemp(prefix="ascend_grad_offsets_")))
-    return _LIBRARY[0]
+def _library(stream_walk: str | None) -> str:
+    """A private copy of the kernel library per streamed-walk rule, taken once per run (as in
+    test_properties): the library is rebuilt in place while others work in this checkout, and a
+    mapped library overwritten under a session crashes it. Each copy loads as a library of its own,
+    which reads ASCEND_GRAD_STREAM_WALK once, when first registered (None: the CPU's own rule)."""
+    if stream_walk not in _LIBRARIES:
+        _LIBRARIES[stream_walk] = shutil.copy(runtime_ext.library_path(), tempfile.mkdtemp(prefix="ascend_grad_offsets_"))
+    return _LIBRARIES[stream_walk]
 
 
-def _session(op_type, inputs, threads, **attrs):
-    """One session per (op, input dtypes and shapes, attributes, threads); inputs maps each input
-    name to (dtype, shape with symbolic dims allowed)."""
+def _session(op_type, inputs, threads, stream_walk=None, **attrs):
+    """One session per (op, input dtypes and shapes, attributes, threads, streamed-walk rule);
+    inputs maps each input name to (dtype, shape with symbolic dims allowed)."""
     key = (op_type, tuple((k, np.dtype(d).name, tuple(s)) for k, (d, s) in inputs.items()),
-           tuple(sorted(attrs.items())), threads)
+           tuple(sorted(attrs.items())), threads, stream_walk)
     if key not in _SESSIONS:
         elem = {k: (helper.np_dtype_to_tensor_dtype(np.dtype(d)), list(s)) for k, (d, s) in inputs.items()}
         model = ops.make_node_model(op_type, elem, **attrs)
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-        options.register_custom_ops_library(_library())
+        saved = os.environ.pop("ASCEND_GRAD_STREAM_WALK", None)
+        try:
+            if stream_walk is not None:
+                os.environ["ASCEND_GRAD_STREAM_WALK"] = stream_walk
+            options.register_custom_ops_library(_library(stream_walk))
+        finally:
+            os.environ.pop("ASCEND_GRAD_STREAM_WALK", None)
+            if saved is not None:
+                os.environ["ASCEND_GRAD_STREAM_WALK"] = saved
         _SESSIONS[key] = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return _SESSIONS[key]
 
@@ -177,17 +188,19 @@ def test_elementwise_kernels_ignore_page_offsets(rng, case, n):
 
 
 # Outputs of 32 MiB and more take non-temporal stores, whose walks are their own code: one float32
-# and one bfloat16 case just past that size.
+# and one bfloat16 case just past that size, under both rules for their walk (on Intel they walk
+# forward whatever the gaps, elsewhere by gap: ASCEND_GRAD_STREAM_WALK forces either).
 STREAMED = [(("SiluBackward", F32, F32, ("n",), ("n",)), (8 << 20) + 13),
             (("MishBackward", BF16, BF16, ("n",), ("n",)), (16 << 20) + 13)]
 
 
+@pytest.mark.parametrize("stream_walk", ["gap", "forward"])
 @pytest.mark.parametrize("case, n", STREAMED, ids=lambda v: _elementwise_id(v) if isinstance(v, tuple) else str(v))
-def test_streamed_elementwise_kernels_ignore_page_offsets(rng, case, n):
-    _check_elementwise(rng, case, n)
+def test_streamed_elementwise_kernels_ignore_page_offsets(rng, case, n, stream_walk):
+    _check_elementwise(rng, case, n, stream_walk)
 
 
-def _check_elementwise(rng, case, n):
+def _check_elementwise(rng, case, n, stream_walk=None):
     op_type, go_dtype, x_dtype, go_dims, x_dims = case
     go_shape = tuple(n if d == "n" else d for d in go_dims)
     x_shape = tuple(n if d == "n" else d for d in x_dims)
@@ -202,7 +215,7 @@ def _check_elementwise(rng, case, n):
 
     def run(threads, triple):
         go_offset, x_offset, out_offset = triple
-        return _run_placed(_session(op_type, inputs, threads), {"gradOutput": grad_output, "self": x},
+        return _run_placed(_session(op_type, inputs, threads, stream_walk), {"gradOutput": grad_output, "self": x},
                            {"gradOutput": go_offset, "self": x_offset},
                            {"gradInput": (out_dtype, out_shape, out_offset)})
 
