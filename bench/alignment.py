@@ -7,7 +7,11 @@ Placements: PLACEMENTS lists (gradient input, self/x, output) byte offsets into 
 the output just after the inputs (numpy's arrays lie 16 bytes into their pages, onnxruntime's arena
 hands out 64-byte-aligned blocks), just before, half a page away, between the inputs, inputs apart.
 Each is bound in place through IO binding (numpy arrays placed so); "arena" puts the inputs in
-OrtValues onnxruntime allocates and takes the outputs from the session's arena.
+OrtValues onnxruntime allocates and takes the outputs from the session's arena. The placed arrays
+are numpy's, which lie on 2 MiB pages where Linux grants transparent huge pages (numpy asks for
+them); onnxruntime's allocations lie on 4 KiB pages under the "madvise" setting, so the arena
+column also shows what the pages cost (16M float SiluBackward at page offsets (16, 16, 64): 8.3-9.0
+ms with the output in a numpy array, 10.9-11.5 in the arena; README "Benchmark").
 
 The sweep table gives, per case, the median ms at the worst and the best placement (which ones;
 each the median of ROUNDS medians taken in turn over all placements, so drift hits all alike),
