@@ -19,8 +19,10 @@
 // (Sapphire Rapids class), with the inputs prefetched (elementwise_kernel.h), a forward walk did not
 // stall at any placement and a backward one ran slower at all (C++ loop, 16M float SiluBackward,
 // one thread, 6 placements: 3-17%). bench/alignment.py's placements, same case: the walk by gap
-// 7.8-10.2 ms, always forward 7.9-8.7; 2 threads, 16M float MishBackward 4.4-5.3 vs 4.4-4.8. Cached
-// outputs keep the rule there (1M float MishBackward, 2 threads: by gap 0.25-0.27, forward 0.25-0.28).
+// 7.8-10.2 ms, always forward 7.9-8.7; 2 threads, 16M float MishBackward 4.4-5.3 vs 4.4-4.8; the
+// AVX2 path on the same Xeon, SiluBackward at the placements the gaps walk backward, float 12.1-12.3
+// vs 11.2-11.3, bfloat16 16.9-17.4 vs 16.0-16.1. Cached outputs keep the rule there (1M float
+// MishBackward, 2 threads: by gap 0.25-0.27, forward 0.25-0.28).
 // The arithmetic per element is the same on every walk.
 #pragma once
 
