@@ -22,6 +22,16 @@ inline void PrefetchAhead(const void* p, bool backward) {
   __builtin_prefetch(reinterpret_cast<const void*>(at), 0, 3);
 }
 
+// Where every vector is a whole cache line (AVX-512 float), the loop takes two vectors a step and
+// loads both before it stores either: fewer loads follow a store they are 4K-aliased with. Intel
+// Xeon, 16M float, one thread, 7 placements, interleaved runs: SiluBackward 8.73-9.50 -> 8.48-9.00
+// ms, MishBackward 8.70-9.93 -> 8.95-9.11. Pairing every type lost with half-line vectors (AVX2
+// float 16M SiluBackward 10.47 -> 10.87 ms on average, AVX-512 bfloat16 7.97 -> 8.39), so they
+// keep one vector a step. (The gain is fragile: a variant that differed only in how the loop
+// finished its last vectors measured like the unpaired loop.)
+template <typename TDy, typename TX, typename TOut>
+constexpr bool kPairs = kLanes * sizeof(TDy) >= 64 && kLanes * sizeof(TX) >= 64 && kLanes * sizeof(TOut) >= 64;
+
 // out[i] = Op(dy[i], x[i]) for i < n. The first `head` elements (fewer than a vector) and the
 // last ones go through padded vectors, so the whole vectors between store to `out + head` on.
 template <typename Op, typename TDy, typename TX, typename TOut, bool kDyBroadcast, bool kXBroadcast, bool kStream,
@@ -42,6 +52,28 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
       Op::Apply(a, b).Store(out + i);
     }
   };
+  auto pair = [&](size_t i) {  // (the vectors at i and i + kLanes)
+    if (kStream) {
+      if (!kDyBroadcast) {
+        PrefetchAhead(dy + i, kBackward);
+        PrefetchAhead(dy + i + kLanes, kBackward);
+      }
+      if (!kXBroadcast) {
+        PrefetchAhead(x + i, kBackward);
+        PrefetchAhead(x + i + kLanes, kBackward);
+      }
+    }
+    const Vec a0 = kDyBroadcast ? dy_one : Vec::Load(dy + i), a1 = kDyBroadcast ? dy_one : Vec::Load(dy + i + kLanes);
+    const Vec b0 = kXBroadcast ? x_one : Vec::Load(x + i), b1 = kXBroadcast ? x_one : Vec::Load(x + i + kLanes);
+    const Vec r0 = Op::Apply(a0, b0), r1 = Op::Apply(a1, b1);
+    if (kStream) {
+      r0.Stream(out + i);
+      r1.Stream(out + i + kLanes);
+    } else {
+      r0.Store(out + i);
+      r1.Store(out + i + kLanes);
+    }
+  };
   auto partial = [&](size_t i, size_t count) {
     if (count == 0) return;
     const Vec a = kDyBroadcast ? dy_one : LoadPartial(dy + i, count);
@@ -52,11 +84,23 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
   const size_t end = n - (n - head) % kLanes;  // whole vectors in [head, end)
   if (kBackward) {
     partial(end, n - end);
-    for (size_t i = end; i > head;) whole(i -= kLanes);
+    size_t i = end;
+    if constexpr (kPairs<TDy, TX, TOut>) {
+      for (; i - head >= 2 * kLanes; i -= 2 * kLanes) pair(i - 2 * kLanes);
+      if (i > head) whole(i -= kLanes);
+    } else {
+      for (; i > head;) whole(i -= kLanes);
+    }
     partial(0, head);
   } else {
     partial(0, head);
-    for (size_t i = head; i < end; i += kLanes) whole(i);
+    size_t i = head;
+    if constexpr (kPairs<TDy, TX, TOut>) {
+      for (; end - i >= 2 * kLanes; i += 2 * kLanes) pair(i);
+      if (i < end) whole(i);
+    } else {
+      for (; i < end; i += kLanes) whole(i);
+    }
     partial(end, n - end);
   }
 }
