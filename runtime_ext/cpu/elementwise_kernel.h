@@ -4,6 +4,7 @@
 // order the vectors are walked in).
 #pragma once
 
+#include "cpu/kernels.h"
 #include "cpu/page_walk.h"
 #include "cpu/simd.h"
 

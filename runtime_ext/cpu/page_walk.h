@@ -30,7 +30,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cpu/kernels.h"
 #include "cpu/simd.h"
 
 namespace ascend_grad {

@@ -67,7 +67,6 @@ def test_every_instruction_set_passes_the_op_tests(isa):
     assert re.search(r"\d+ passed", done.stdout)
 
 
-
 def _verbose_line(**env) -> str:
     """The library's ASCEND_GRAD_VERBOSE report, from a child process that registers it with `env`."""
     env = dict({k: v for k, v in os.environ.items() if not k.startswith("ASCEND_GRAD_")}, ASCEND_GRAD_VERBOSE="1", **env)
