@@ -47,7 +47,9 @@ SENTINEL = {F32: np.uint32(0x7FA5A5A5), F16: np.uint16(0x7D5A), BF16: np.uint16(
 UINT = {4: np.uint32, 2: np.uint16}
 
 ELEMENTWISE_SIZES = [16384 * 2 + 13, 1000]  # over two work chunks, not a multiple of 8 or 16; one small
-GROUP_NORM_SHAPE, G = (2, 16, 33, 37), 4  # (N, C, H, W): HxW = 1221, not a multiple of 16
+# (N, C, H, W): HxW = 1271, not a multiple of 16; GroupNormSwishGrad's first pass takes four vectors
+# a step, then single vectors (3 with 16 lanes, 2 with 8), then a partial one
+GROUP_NORM_SHAPE, G = (2, 16, 31, 41), 4
 
 
 def _bits(array: np.ndarray) -> np.ndarray:
