@@ -4,6 +4,8 @@
 // order the vectors are walked in).
 #pragma once
 
+#include <type_traits>
+
 #include "cpu/kernels.h"
 #include "cpu/page_walk.h"
 #include "cpu/simd.h"
@@ -29,9 +31,13 @@ inline void PrefetchAhead(const void* p, bool backward) {
 // ms, MishBackward 8.70-9.93 -> 8.95-9.11. Pairing every type lost with half-line vectors (AVX2
 // float 16M SiluBackward 10.47 -> 10.87 ms on average, AVX-512 bfloat16 7.97 -> 8.39), so they
 // keep one vector a step. (The gain is fragile: a variant that differed only in how the loop
-// finished its last vectors measured like the unpaired loop.)
+// finished its last vectors measured like the unpaired loop.) float16 throughout pairs too (its
+// conversions are one instruction each way): 16M, one thread, 6 placements, AVX-512 SiluBackward
+// 5.40-6.04 -> 5.26-5.51 ms, MishBackward 7.22-7.86 -> 6.93-7.39, AVX2 SiluBackward 8.85-9.30 ->
+// 8.47-8.88; bfloat16 (a permute to load, a class test to store) lost: 6.14-6.70 -> 6.43-6.69.
 template <typename TDy, typename TX, typename TOut>
-constexpr bool kPairs = kLanes * sizeof(TDy) >= 64 && kLanes * sizeof(TX) >= 64 && kLanes * sizeof(TOut) >= 64;
+constexpr bool kPairs = (kLanes * sizeof(TDy) >= 64 && kLanes * sizeof(TX) >= 64 && kLanes * sizeof(TOut) >= 64) ||
+                        (std::is_same_v<TDy, Float16> && std::is_same_v<TX, Float16> && std::is_same_v<TOut, Float16>);
 
 // out[i] = Op(dy[i], x[i]) for i < n. The first `head` elements (fewer than a vector) and the
 // last ones go through padded vectors, so the whole vectors between store to `out + head` on.
