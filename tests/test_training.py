@@ -32,9 +32,25 @@ FLAVOUR = "onnxruntime-training-cpu==1.19.2"
 STEPS, LR = 5, 1e-2
 # onnxruntime's AdamW (OptimType.AdamW, onnxblock.optim.AdamW) is HuggingFace's (adam_mode 1): eps
 # added to sqrt(v) before the bias correction, which torch.optim.AdamW applies first, and weight decay
-# after the step. The same steps once eps is negligible against sqrt(v) and without weight decay; at
-# eps 1e-8 the parameters of this model differ by up to 6e-5 (relative) for that alone.
+# after the step. The same steps only where eps is negligible against sqrt(v): at eps 1e-8 the
+# parameters of this model differ by up to 6e-5 (relative) for that alone, and even at 1e-12 an
+# element whose first gradient is 1.8e-7 moved 1.05e-5 apart (seed 3365416951; against
+# onnxruntime's formula 5e-7). So PyTorch's side takes onnxruntime's steps (_adamw_step).
 EPS = 1e-12
+BETAS = (0.9, 0.999)
+
+
+def _adamw_step(parameters, moments, step: int) -> None:
+    """One AdamW step as onnxruntime's (adam_mode 1, no weight decay): p -= lr sqrt(1 - b2^t) / (1 - b1^t)
+    * m / (sqrt(v) + eps), in the parameters' own dtype; moments maps each parameter to its (m, v)."""
+    b1, b2 = BETAS
+    scale = LR * (1 - b2 ** step) ** 0.5 / (1 - b1 ** step)
+    with torch.no_grad():
+        for p in parameters:
+            m, v = moments.setdefault(p, (torch.zeros_like(p), torch.zeros_like(p)))
+            m.mul_(b1).add_(p.grad, alpha=1 - b1)
+            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+            p.sub_(scale * m / (v.sqrt() + EPS))
 
 
 def make_module() -> nn.Module:
@@ -135,14 +151,13 @@ def test_generate_artifacts_trains_as_pytorch(python, tmp_path, rng):
     assert [i.name for i in models["training_model.onnx"].graph.input][:2] == ["input", "target"]
 
     got = np.load(tmp_path / "out.npz")
-    optimizer = torch.optim.AdamW(module.parameters(), lr=LR, betas=(0.9, 0.999), eps=EPS, weight_decay=0.0)
-    losses = []
-    for _ in range(STEPS):
-        optimizer.zero_grad()
+    losses, moments = [], {}
+    for step in range(1, STEPS + 1):
+        module.zero_grad()
         loss = F.mse_loss(module(torch.from_numpy(x)), torch.from_numpy(target))
         losses.append(loss.item())
         loss.backward()
-        optimizer.step()
+        _adamw_step(list(module.parameters()), moments, step)
     assert losses[-1] < losses[0]
     errors = {"loss": _relative(got["losses"], np.array(losses))}
     errors.update({name: _relative(got[f"parameter/{name}"], p.detach().numpy()) for name, p in module.named_parameters()})
