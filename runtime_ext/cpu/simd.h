@@ -5,8 +5,8 @@
 // namespace ascend_grad::<ISA>, so no inline function compiled for AVX-512 can be picked by the
 // linker for a CPU without it.
 //
-// The math (exp of a non-positive argument, reciprocal) is written here once per ISA with the same
-// algorithm, so every path rounds alike up to the last bit of the polynomial.
+// The math (exp of a non-positive argument, reciprocal) is written here once per ISA: AVX2 and the
+// scalar path share one exp algorithm, AVX-512 takes a table that its permute makes cheap.
 #pragma once
 
 #include <cstddef>
@@ -27,14 +27,14 @@
 namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
-// exp(y) for y <= 0 (NaN propagates): Cody-Waite reduction y = n ln2 + r, |r| <= ln2/2, a degree-6
-// polynomial for e^r in Estrin's scheme, 1 + r (((c5 + c6 r) r^2 + (c3 + c4 r)) r^2 + (1 + c2 r)):
-// a chain of 4 FMAs where Horner's has 6, which counts in loops that wait on their dependency chain
-// (AVX2: SiluBackward 2%, MishBackward 4%, GroupNormSwishGrad 6% faster). Max error over every float
-// argument with a normal result: 1.16 ulp with FMAs, 1.44 in the scalar path (Horner: 1.05, 1.34).
-// Then e^r * 2^n rounded once, subnormal results included (AVX-512's scalef; AVX2 scales by
-// 2^(n + 24), exactly, then by 2^-24; the scalar path by 2^n in two exact halves). y < -104.5 gives
-// exactly 0.
+// exp(y) for y <= 0 (NaN propagates), AVX2 and scalar: Cody-Waite reduction y = n ln2 + r,
+// |r| <= ln2/2, a degree-6 polynomial for e^r in Estrin's scheme,
+// 1 + r (((c5 + c6 r) r^2 + (c3 + c4 r)) r^2 + (1 + c2 r)): a chain of 4 FMAs where Horner's has 6,
+// which counts in loops that wait on their dependency chain (AVX2: SiluBackward 2%, MishBackward 4%,
+// GroupNormSwishGrad 6% faster). Max error over every float argument with a normal result: 1.16 ulp
+// with FMAs, 1.44 in the scalar path (Horner: 1.05, 1.34); tests/runtime_ext/test_exp.py checks.
+// Then e^r * 2^n rounded once, subnormal results included (AVX2 scales by 2^(n + 24), exactly, then
+// by 2^-24; the scalar path by 2^n in two exact halves). y < -104.5 gives exactly 0.
 constexpr float kExpLow = -104.5f;
 constexpr float kLog2e = 1.44269504088896341f;
 constexpr float kLn2Hi = 0.693359375f;
@@ -118,20 +118,31 @@ inline Vec Rcp(Vec d) {
   return {_mm512_fmadd_ps(r, _mm512_fnmadd_ps(d.v, r, _mm512_set1_ps(1.0f)), r)};
 }
 
+// AVX-512 takes a 16-entry table of 2^(j/16) (one register, read by one permute): y = (n + j/16) ln2
+// + r, |r| <= ln2/32, e^y = 2^n 2^(j/16) e^r with e^r - 1 ~ r + r^2 (d2 + d3 r). Two vector operations
+// fewer than the degree-6 polynomial (11 with the clamp), and more accurate: max error over every
+// float argument in [-104.5, 0] with a normal result 0.99 ulp (the polynomial: 1.16), subnormal
+// results within 0.99 of their last place; 2^n by scalef, rounded once.
+constexpr float kExpD2 = 5.0001621246e-01f;  // relative minimax on |r| <= 1.001 ln2/32: 1.6e-9
+constexpr float kExpD3 = 1.6666720808e-01f;
+
 inline Vec ExpNeg(Vec y) {
   const __m512 x = _mm512_max_ps(_mm512_set1_ps(kExpLow), y.v);  // NaN stays: max returns its second operand
-  // n = round(x log2e): adding 1.5 * 2^23 leaves the integer in the low mantissa bits
-  const __m512 magic = _mm512_set1_ps(12582912.0f);
-  const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), magic), magic);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  const __m512 r2 = _mm512_mul_ps(r, r);
-  const __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(kExpC6), r, _mm512_set1_ps(kExpC5));
-  const __m512 b = _mm512_fmadd_ps(_mm512_set1_ps(kExpC4), r, _mm512_set1_ps(kExpC3));
-  const __m512 c = _mm512_fmadd_ps(_mm512_set1_ps(kExpC2), r, _mm512_set1_ps(1.0f));
-  const __m512 p = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(a, r2, b), r2, c), r, _mm512_set1_ps(1.0f));
-  // p * 2^n in one instruction, rounded once, subnormal results included
-  return {_mm512_scalef_ps(p, n)};
+  // adding 1.5 * 2^19 (ulp 1/16) rounds x log2e to k = n + j/16 and leaves 16 k in the low mantissa
+  // bits: j is t's low 4 bits, the permute's index
+  const __m512 magic = _mm512_set1_ps(786432.0f);
+  const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), magic);
+  const __m512 k = _mm512_sub_ps(t, magic);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Hi), x);  // exact: k ln2hi has at most 21 bits
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kLn2Lo), r);
+  // 2^(j/16), j = 15 .. 0, rounded to float
+  const __m512 table = _mm512_set_ps(1.915206552e+00f, 1.834008098e+00f, 1.756252170e+00f, 1.681792855e+00f, 1.610490322e+00f,
+                                     1.542210817e+00f, 1.476826191e+00f, 1.414213538e+00f, 1.354255557e+00f, 1.296839595e+00f,
+                                     1.241857767e+00f, 1.189207077e+00f, 1.138788581e+00f, 1.090507746e+00f, 1.044273734e+00f, 1.0f);
+  const __m512 scale = _mm512_permutexvar_ps(_mm512_castps_si512(t), table);
+  const __m512 q = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(kExpD3), r, _mm512_set1_ps(kExpD2)), _mm512_mul_ps(r, r), r);
+  // (2^(j/16) + 2^(j/16) q) 2^floor(k) in one rounding each, subnormal results included
+  return {_mm512_scalef_ps(_mm512_fmadd_ps(scale, q, scale), k)};
 }
 
 #elif defined(__AVX2__)

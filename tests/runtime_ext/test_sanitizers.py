@@ -276,18 +276,9 @@ def _digest():
     return h.hexdigest()
 
 
-def _headers():
-    """An onnxruntime include/ folder the other builds already fetched, else none (CMake fetches)."""
-    if os.environ.get("ONNXRUNTIME_INCLUDE_DIR"):
-        return os.environ["ONNXRUNTIME_INCLUDE_DIR"]
-    for found in sorted((REPO / "build").glob("*/onnxruntime-headers/onnxruntime_c_api.h")):
-        if found.parent.parent != BUILD:
-            return str(found.parent)
-    return None
-
-
-def build():
-    """The sanitizer build of the library, rebuilt only when its sources changed. -> (path, seconds)"""
+def build(headers):
+    """The sanitizer build of the library, rebuilt only when its sources changed. -> (path, seconds)
+    headers: an onnxruntime include/ folder, or None (CMake fetches one)."""
     BUILD.mkdir(parents=True, exist_ok=True)
     with open(BUILD / ".lock", "w") as lock:  # one build at a time (pytest-xdist, other checkouts' runs)
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -299,8 +290,8 @@ def build():
         configure = ["cmake", "-S", str(SOURCES), "-B", str(BUILD), *CONFIGURE]
         if shutil.which("ninja") and not (BUILD / "CMakeCache.txt").exists():
             configure += ["-G", "Ninja"]
-        if _headers():
-            configure.append(f"-DONNXRUNTIME_INCLUDE_DIR={_headers()}")
+        if headers:
+            configure.append(f"-DONNXRUNTIME_INCLUDE_DIR={headers}")
         for command in (configure, ["cmake", "--build", str(BUILD), "-j", str(min(os.cpu_count() or 1, 4))]):
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode:
@@ -321,11 +312,11 @@ def _reports(stderr):
 
 
 @pytest.fixture(scope="module")
-def sanitized_library():
+def sanitized_library(onnxruntime_headers):
     reason = _unsupported_reason()
     if reason:
         pytest.skip(reason)
-    library, seconds = build()
+    library, seconds = build(onnxruntime_headers)
     print(f"sanitizer build: {'reused' if not seconds else f'{seconds:.0f} s'} ({library})")
     assert b"__asan_init" in library.read_bytes() and b"__ubsan_handle" in library.read_bytes(), "not a sanitizer build"
     return library
