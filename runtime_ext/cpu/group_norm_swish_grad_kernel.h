@@ -1,4 +1,5 @@
-// GroupNormSwishGrad's vector kernel: one task is one (n, group) slab (NCHW) or one sample (NHWC).
+// GroupNormSwishGrad's vector kernel: one task is a run of consecutive (n, group) slabs (NCHW) or
+// one sample (NHWC).
 //
 //   xhat = (x - mean) * rstd,  z = xhat * gamma[c] + beta[c],  g = dy * swish'(z)
 //   pass 1: g, and per (n, c) the sums  dbeta_nc = sum g,  dgamma_nc = sum g * xhat
@@ -7,11 +8,12 @@
 //
 // A slab is small enough to stay in L2 between the passes (2 x 320 x 64 x 64, G = 32: 160 KiB of x),
 // and NCHW keeps g from pass 1 in a per-thread buffer instead of paying exp twice. Every sum runs
-// in a fixed order inside its task, so results do not depend on the thread count.
+// in a fixed order inside its slab, so results depend neither on the thread count nor on the runs.
 #pragma once
 
 #include <cmath>
 #include <limits>
+#include <new>
 #include <type_traits>
 
 #include "cpu/kernels.h"
@@ -31,96 +33,169 @@ constexpr int64_t kSumBlock = 4096;
 // the AVX2 path, float, 2.08-2.31 -> 1.96-2.09. (Two a step: 1.34-1.48 ms, float, one thread.)
 constexpr int kBatch = 4;
 
+// One NCHW (n, group) slab between its passes. Pass 1 runs over pieces of a row (Pass1), then Finish
+// takes c1 and c2; pass 2 (Pass2) is elementwise and may run over any pieces in any order.
 template <typename T>
-void GroupNormGradSlab(const GroupNormGradArgs& a, int64_t task) {
-  const int64_t n = task / a.G, Cg = a.C / a.G, c0 = (task % a.G) * Cg, HxW = a.HxW;
-  const int64_t offset = (n * a.C + c0) * HxW;
-  const T* dy = static_cast<const T*>(a.dy) + offset;
-  const T* x = static_cast<const T*>(a.x) + offset;
-  T* dx = static_cast<T*>(a.dx) + offset;
-  const Vec mean = Vec::Broadcast(a.mean[task]), rstd = Vec::Broadcast(a.rstd[task]);
-  // g waits for pass 2 in dx itself when T is float (less cache), else in a float scratch
-  float* g_all = std::is_same_v<T, float> ? reinterpret_cast<float*>(dx) : Scratch(static_cast<size_t>(Cg * HxW), 0);
-  // dx lying 1..1024 bytes after x in the page stalls the loads of x on the stores of dx walking
-  // forward (page_walk.h): pass 2, elementwise (the sums are all taken), then walks backward
-  const bool x_stalls = ForwardStalls(PageGap(dx, x));
+class Slab {
+ public:
+  // g: where g waits for pass 2 when T is not float (Cg * HxW floats); for float it waits in dx
+  // itself (less cache)
+  Slab(const GroupNormGradArgs& a, int64_t task, float* g)
+      : a_(a),
+        n_(task / a.G),
+        Cg_(a.C / a.G),
+        c0_((task % a.G) * Cg_),
+        offset_((n_ * a.C + c0_) * a.HxW),
+        dy_(static_cast<const T*>(a.dy) + offset_),
+        x_(static_cast<const T*>(a.x) + offset_),
+        dx_(static_cast<T*>(a.dx) + offset_),
+        g_(std::is_same_v<T, float> ? reinterpret_cast<float*>(dx_) : g),
+        mean_(Vec::Broadcast(a.mean[task])),
+        rstd_(Vec::Broadcast(a.rstd[task])),
+        // dx lying 1..1024 bytes after x in the page stalls the loads of x on the stores of dx
+        // walking forward (page_walk.h): pass 2 then walks backward
+        x_stalls_(ForwardStalls(PageGap(dx_, x_))) {}
 
-  double sum_dbeta = 0.0, sum_dgamma = 0.0;  // sum_c gamma[c] * (per-channel sums)
-  for (int64_t c = 0; c < Cg; ++c) {
+  // g and the sums over row c's values [begin, end): pieces in order, each inside one kSumBlock
+  // block, starting at a multiple of kBatch vectors from it. Every lane's sums then take its values
+  // in address order whatever the pieces: the results are those of one call per block.
+  void Pass1(int64_t c, int64_t begin, int64_t end) {
+    const int64_t HxW = a_.HxW;
+    if (begin == 0) row_dbeta_ = row_dgamma_ = 0.0;
+    if (begin % kSumBlock == 0) acc_dbeta_ = acc_dgamma_ = Vec::Zero();
     // u = swish_scale * z = xhat * (b gamma) + b beta: one FMA
-    const Vec gamma = Vec::Broadcast(a.swish_scale * a.gamma[c0 + c]), beta = Vec::Broadcast(a.swish_scale * a.beta[c0 + c]);
-    const T* dy_row = dy + c * HxW;
-    const T* x_row = x + c * HxW;
-    float* g_row = g_all + c * HxW;
-    double row_dbeta = 0.0, row_dgamma = 0.0;
-    for (int64_t start = 0; start < HxW; start += kSumBlock) {
-      const int64_t end = start + kSumBlock < HxW ? start + kSumBlock : HxW;
-      Vec acc_dbeta = Vec::Zero(), acc_dgamma = Vec::Zero();
-      int64_t i = start;
-      for (; i + kBatch * static_cast<int64_t>(kLanes) <= end; i += kBatch * kLanes) {
-        Vec xhat[kBatch], dyv[kBatch], g[kBatch];
-        for (int k = 0; k < kBatch; ++k) xhat[k] = Vec::Load(x_row + i + k * kLanes);
-        for (int k = 0; k < kBatch; ++k) dyv[k] = Vec::Load(dy_row + i + k * kLanes);
-        for (int k = 0; k < kBatch; ++k) xhat[k] = (xhat[k] - mean) * rstd;
-        for (int k = 0; k < kBatch; ++k) g[k] = SwishGrad(dyv[k], Fma(xhat[k], gamma, beta));
-        for (int k = 0; k < kBatch; ++k) g[k].Store(g_row + i + k * kLanes);
-        for (int k = 0; k < kBatch; ++k) {  // each lane's sums take its values in address order
-          acc_dbeta = acc_dbeta + g[k];
-          acc_dgamma = Fma(g[k], xhat[k], acc_dgamma);
-        }
+    const Vec gamma = Vec::Broadcast(a_.swish_scale * a_.gamma[c0_ + c]);
+    const Vec beta = Vec::Broadcast(a_.swish_scale * a_.beta[c0_ + c]);
+    const Vec mean = mean_, rstd = rstd_;
+    const T* dy_row = dy_ + c * HxW;
+    const T* x_row = x_ + c * HxW;
+    float* g_row = g_ + c * HxW;
+    Vec acc_dbeta = acc_dbeta_, acc_dgamma = acc_dgamma_;
+    int64_t i = begin;
+    for (; i + kBatch * static_cast<int64_t>(kLanes) <= end; i += kBatch * kLanes) {
+      Vec xhat[kBatch], dyv[kBatch], g[kBatch];
+      for (int k = 0; k < kBatch; ++k) xhat[k] = Vec::Load(x_row + i + k * kLanes);
+      for (int k = 0; k < kBatch; ++k) dyv[k] = Vec::Load(dy_row + i + k * kLanes);
+      for (int k = 0; k < kBatch; ++k) xhat[k] = (xhat[k] - mean) * rstd;
+      for (int k = 0; k < kBatch; ++k) g[k] = SwishGrad(dyv[k], Fma(xhat[k], gamma, beta));
+      for (int k = 0; k < kBatch; ++k) g[k].Store(g_row + i + k * kLanes);
+      for (int k = 0; k < kBatch; ++k) {  // each lane's sums take its values in address order
+        acc_dbeta = acc_dbeta + g[k];
+        acc_dgamma = Fma(g[k], xhat[k], acc_dgamma);
       }
-      for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) {
-        const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
-        const Vec g = SwishGrad(Vec::Load(dy_row + i), Fma(xhat, gamma, beta));
-        g.Store(g_row + i);
-        acc_dbeta = acc_dbeta + g;
-        acc_dgamma = Fma(g, xhat, acc_dgamma);
-      }
-      if (i < end) {
-        const size_t count = static_cast<size_t>(end - i);
-        const Vec xhat = (LoadPartial(x_row + i, count) - mean) * rstd;
-        const Vec g = KeepFirst(SwishGrad(LoadPartial(dy_row + i, count), Fma(xhat, gamma, beta)), count);
-        StorePartial(g, g_row + i, count);
-        acc_dbeta = acc_dbeta + g;
-        acc_dgamma = Fma(g, KeepFirst(xhat, count), acc_dgamma);
-      }
-      row_dbeta += ReduceAdd(acc_dbeta);
-      row_dgamma += ReduceAdd(acc_dgamma);
     }
-    a.dbeta_nc[n * a.C + c0 + c] = static_cast<float>(row_dbeta);
-    a.dgamma_nc[n * a.C + c0 + c] = static_cast<float>(row_dgamma);
-    sum_dbeta += a.gamma[c0 + c] * row_dbeta;
-    sum_dgamma += a.gamma[c0 + c] * row_dgamma;
+    for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) {
+      const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
+      const Vec g = SwishGrad(Vec::Load(dy_row + i), Fma(xhat, gamma, beta));
+      g.Store(g_row + i);
+      acc_dbeta = acc_dbeta + g;
+      acc_dgamma = Fma(g, xhat, acc_dgamma);
+    }
+    if (i < end) {
+      const size_t count = static_cast<size_t>(end - i);
+      const Vec xhat = (LoadPartial(x_row + i, count) - mean) * rstd;
+      const Vec g = KeepFirst(SwishGrad(LoadPartial(dy_row + i, count), Fma(xhat, gamma, beta)), count);
+      StorePartial(g, g_row + i, count);
+      acc_dbeta = acc_dbeta + g;
+      acc_dgamma = Fma(g, KeepFirst(xhat, count), acc_dgamma);
+    }
+    acc_dbeta_ = acc_dbeta;
+    acc_dgamma_ = acc_dgamma;
+    if (end % kSumBlock != 0 && end != HxW) return;
+    // a block's float sums flushed into double: float accumulation, bounded error
+    row_dbeta_ += ReduceAdd(acc_dbeta);
+    row_dgamma_ += ReduceAdd(acc_dgamma);
+    if (end != HxW) return;
+    a_.dbeta_nc[n_ * a_.C + c0_ + c] = static_cast<float>(row_dbeta_);
+    a_.dgamma_nc[n_ * a_.C + c0_ + c] = static_cast<float>(row_dgamma_);
+    sum_dbeta_ += a_.gamma[c0_ + c] * row_dbeta_;
+    sum_dgamma_ += a_.gamma[c0_ + c] * row_dgamma_;
   }
 
-  const double M = static_cast<double>(Cg * HxW);
-  const float c1 = static_cast<float>(sum_dbeta / M), c2 = static_cast<float>(sum_dgamma / M);
-  // c1 and c2 enter every dx: a NaN there makes the slab NaN, written as one quiet NaN. Where several
-  // NaN operands meet, x86 returns the one in a given operand position, which the compiler assigns
-  // per code site: the forward and backward walks would give NaNs of different signs.
-  if (std::isnan(c1) || std::isnan(c2)) {
-    return FillFloats(DTypeOf<T>(), std::numeric_limits<float>::quiet_NaN(), static_cast<size_t>(Cg * HxW), dx);
+  // After pass 1 over every row: c1 and c2. False when they are NaN: the slab is then written as
+  // NaN and takes no pass 2.
+  bool Finish() {
+    const double M = static_cast<double>(Cg_ * a_.HxW);
+    const float c1 = static_cast<float>(sum_dbeta_ / M), c2 = static_cast<float>(sum_dgamma_ / M);
+    // c1 and c2 enter every dx: a NaN there makes the slab NaN, written as one quiet NaN. Where
+    // several NaN operands meet, x86 returns the one in a given operand position, which the compiler
+    // assigns per code site: the forward and backward walks would give NaNs of different signs.
+    if (std::isnan(c1) || std::isnan(c2)) {
+      FillFloats(DTypeOf<T>(), std::numeric_limits<float>::quiet_NaN(), static_cast<size_t>(Cg_ * a_.HxW), dx_);
+      return false;
+    }
+    c1_ = Vec::Broadcast(c1);
+    c2_ = Vec::Broadcast(c2);
+    return true;
   }
+
+  // dx over row c's values [begin, end), begin a multiple of kLanes:
   // dx = rstd * ((g * gamma - c1) - xhat * c2), in the formula's own order: where the math gives 0
   // (a group of one element: g * gamma == c1, xhat == 0) the result is exactly 0
-  const Vec c1v = Vec::Broadcast(c1), c2v = Vec::Broadcast(c2);
-  for (int64_t k = 0; k < Cg; ++k) {
-    const int64_t c = x_stalls ? Cg - 1 - k : k;
-    const Vec gamma = Vec::Broadcast(a.gamma[c0 + c]);
-    const T* x_row = x + c * HxW;
-    const float* g_row = g_all + c * HxW;
-    T* dx_row = dx + c * HxW;
+  void Pass2(int64_t c, int64_t begin, int64_t end) const {
+    const Vec gamma = Vec::Broadcast(a_.gamma[c0_ + c]);
+    const Vec mean = mean_, rstd = rstd_, c1 = c1_, c2 = c2_;
+    const T* x_row = x_ + c * a_.HxW + begin;
+    const float* g_row = g_ + c * a_.HxW + begin;
+    T* dx_row = dx_ + c * a_.HxW + begin;
     WalkRow(
-        HxW, x_stalls,
+        end - begin, x_stalls_,
         [&](int64_t i) {
           const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
-          (rstd * FnMadd(xhat, c2v, Vec::Load(g_row + i) * gamma - c1v)).Store(dx_row + i);
+          (rstd * FnMadd(xhat, c2, Vec::Load(g_row + i) * gamma - c1)).Store(dx_row + i);
         },
         [&](int64_t i, size_t count) {
           const Vec xhat = (LoadPartial(x_row + i, count) - mean) * rstd;
-          StorePartial(rstd * FnMadd(xhat, c2v, LoadPartial(g_row + i, count) * gamma - c1v), dx_row + i, count);
+          StorePartial(rstd * FnMadd(xhat, c2, LoadPartial(g_row + i, count) * gamma - c1), dx_row + i, count);
         });
   }
+
+  // pass 2 over the whole slab, rows in reverse when walking backward
+  void Pass2() const {
+    for (int64_t k = 0; k < Cg_; ++k) Pass2(x_stalls_ ? Cg_ - 1 - k : k, 0, a_.HxW);
+  }
+
+ private:
+  const GroupNormGradArgs& a_;
+  const int64_t n_, Cg_, c0_, offset_;
+  const T* dy_;
+  const T* x_;
+  T* dx_;
+  float* g_;
+  const Vec mean_, rstd_;
+  const bool x_stalls_;
+  Vec acc_dbeta_ = Vec::Zero(), acc_dgamma_ = Vec::Zero();  // the block's float sums
+  double row_dbeta_ = 0.0, row_dgamma_ = 0.0;
+  double sum_dbeta_ = 0.0, sum_dgamma_ = 0.0;  // sum_c gamma[c] * (per-channel sums)
+  Vec c1_ = Vec::Zero(), c2_ = Vec::Zero();
+};
+
+// Pass 2 of one slab is L2-bound work, pass 1 waits on memory: a run of consecutive slabs runs each
+// slab's pass 2 piece by piece just before the next slab's pass 1 over the same rows and values, so
+// only the last slab's pass 2 runs alone. Every slab's arithmetic is that of the slab alone: results
+// do not depend on how slabs are grouped.
+constexpr int64_t kPiece = 512;  // a multiple of kBatch vectors that divides kSumBlock
+
+template <typename T>
+void GroupNormGradSlabs(const GroupNormGradArgs& a, int64_t first, int64_t count) {
+  const int64_t Cg = a.C / a.G, HxW = a.HxW, M = Cg * HxW;
+  // g of two slabs at once, when it does not wait in dx
+  float* scratch = std::is_same_v<T, float> ? nullptr : Scratch(static_cast<size_t>((count > 1 ? 2 : 1) * M), 0);
+  const int64_t piece = count > 1 ? kPiece : kSumBlock;
+  alignas(Slab<T>) unsigned char storage[2][sizeof(Slab<T>)];
+  Slab<T>* previous = nullptr;  // the slab whose pass 2 is pending
+  for (int64_t s = 0; s < count; ++s) {
+    Slab<T>* slab = new (storage[s % 2]) Slab<T>(a, first + s, scratch == nullptr ? nullptr : scratch + (s % 2) * M);
+    for (int64_t c = 0; c < Cg; ++c) {
+      for (int64_t begin = 0; begin < HxW; begin += piece) {
+        const int64_t end = begin + piece < HxW ? begin + piece : HxW;
+        if (previous != nullptr) previous->Pass2(c, begin, end);
+        slab->Pass1(c, begin, end);
+      }
+    }
+    previous = slab->Finish() ? slab : nullptr;
+  }
+  if (previous != nullptr) previous->Pass2();
 }
 
 // NHWC: positions are rows of C contiguous channels; vectors run along C with per-channel mean,
@@ -217,7 +292,8 @@ void GroupNormSwishGrad(const GroupNormGradArgs& args, int64_t task) {
   if (args.channels_last) {
     GroupNormGradSample<T>(args, task);
   } else {
-    GroupNormGradSlab<T>(args, task);
+    const int64_t first = task * args.slabs_per_task, NG = args.N * args.G;
+    GroupNormGradSlabs<T>(args, first, first + args.slabs_per_task < NG ? args.slabs_per_task : NG - first);
   }
 }
 

@@ -14,7 +14,8 @@ namespace ascend_grad {
 using ElementwiseFn = void (*)(const void* dy, bool dy_broadcast, const void* x, bool x_broadcast, void* out, size_t n,
                                bool stream);
 
-// GroupNormSwishGrad over one task: an (n, group) slab for NCHW, one sample n for NHWC.
+// GroupNormSwishGrad over one task: slabs_per_task consecutive (n, group) slabs for NCHW (fewer in
+// the last task), one sample n for NHWC.
 // x, dy, dx have the op's T; everything else is float (the glue converts U).
 struct GroupNormGradArgs {
   const void* dy;
@@ -29,6 +30,7 @@ struct GroupNormGradArgs {
   int64_t N, C, HxW, G;
   float swish_scale;
   bool channels_last;
+  int64_t slabs_per_task;
 };
 using GroupNormGradFn = void (*)(const GroupNormGradArgs& args, int64_t task);
 

@@ -19,6 +19,9 @@ CASES = [  # (N, C, *spatial) in NCHW terms, num_groups
     ((2, 6, 7), 2),  # rank 3
     ((2, 4, 1, 2, 1, 3, 1, 2), 2),  # rank 8
     ((1, 64, 8, 8), 32),
+    # HxW = 4371: the kernel's float sums flushed after 4096 values; NG = 32: runs of slabs (a
+    # slab's second pass behind the next one's first) on a machine of up to 4 cores
+    ((8, 8, 47, 93), 4),
 ]
 # (T, U): activations and parameters in the same or in different precisions.
 TU = [(F32, F32), (F16, F32), (BF16, BF16)]

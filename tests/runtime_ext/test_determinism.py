@@ -1,5 +1,7 @@
 """Same inputs, any thread count: bitwise-identical outputs (fixed work split, fixed-order sums)."""
 
+import os
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -37,6 +39,35 @@ def test_group_norm_swish_grad_is_bitwise_deterministic(rng, T, U, shape, G, dat
     feeds = group_norm_feeds(rng, shape, G, T, U, data_format)
     model = ops.make_node_model("GroupNormSwishGrad", feeds, num_groups=G, data_format=data_format, swish_scale=1.3)
     _assert_bitwise_equal(_by_threads(model, feeds))
+
+
+@pytest.mark.parametrize("T", [F32, BF16], ids=lambda d: d.name)
+def test_group_norm_swish_grad_runs_of_slabs_give_the_bits_of_slabs_alone(rng, T):
+    """NCHW tasks take runs of consecutive (n, group) slabs, about four tasks a core
+    (group_norm_swish_grad.cc), and float runs each slab's second pass behind the next one's first:
+    dx must be what each sample computed alone gives (N = 1: G = 4 slabs, one a task), NaN groups
+    (no second pass) at a run's start and in its middle included. HxW = 4371: a sum block of 4096 in
+    pieces of 512, then 275."""
+    N, G = 4 * (os.cpu_count() or 1), 4  # four slabs a task
+    shape = (N, 8, 47, 93)
+    x = random_array(rng, shape, np.float64, scale=3.0)
+    x[1, 0, 3, 4] = np.nan  # slab 4: a run's first
+    x[2, 5, 0, 0] = np.inf  # slab 10: in the middle of a run, after a pipelined slab
+    x[2, 4, 46, 92] = -np.inf
+    feeds = group_norm_feeds(rng, shape, G, T, F32)
+    feeds["x"] = x.astype(T)
+    with np.errstate(all="ignore"):
+        _, mean, rstd = ops.reference.group_norm_swish(feeds["x"], feeds["gamma"], feeds["beta"], G)
+    feeds["mean"], feeds["rstd"] = mean.astype(F32), rstd.astype(F32)
+    whole = run_onnxruntime(ops.make_node_model("GroupNormSwishGrad", feeds, ["dx"], num_groups=G), feeds,
+                            runtime_ext.session_options())["dx"]
+    assert np.isnan(whole[1, :2].astype(F32)).all() and np.isnan(whole[2, 4:6].astype(F32)).all()
+    assert np.isfinite(whole[2, 6:].astype(F32)).all() and np.isfinite(whole[3].astype(F32)).all()
+    for n in range(N):
+        alone = {k: v[n:n + 1] if k in ("dy", "x", "mean", "rstd") else v for k, v in feeds.items()}
+        got = run_onnxruntime(ops.make_node_model("GroupNormSwishGrad", alone, ["dx"], num_groups=G), alone,
+                              runtime_ext.session_options())["dx"]
+        assert got.view(np.uint8).tobytes() == whole[n:n + 1].view(np.uint8).tobytes(), f"sample {n}"
 
 
 @pytest.mark.parametrize("data_format, shape", [("NCHW", (4, 64, 24, 24)), ("NHWC", (4, 24, 24, 64))])

@@ -50,6 +50,9 @@ ELEMENTWISE_SIZES = [16384 * 2 + 13, 1000]  # over two work chunks, not a multip
 # (N, C, H, W): HxW = 1271, not a multiple of 16; GroupNormSwishGrad's first pass takes four vectors
 # a step, then single vectors (3 with 16 lanes, 2 with 8), then a partial one
 GROUP_NORM_SHAPE, G = (2, 16, 31, 41), 4
+# GroupNormSwishGrad's runs of slabs (group_norm_swish_grad.cc: about four tasks a core, hence N):
+# four slabs a task, each slab's second pass in pieces behind the next one's first
+RUNS_SHAPE = (4 * (os.cpu_count() or 1), 8, 31, 41)
 
 
 def _bits(array: np.ndarray) -> np.ndarray:
@@ -228,11 +231,11 @@ def _check_elementwise(rng, case, n, stream_walk=None):
 # GroupNormSwish, GroupNormSwishGrad
 
 
-def _group_norm_inputs(rng, T, data_format):
+def _group_norm_inputs(rng, T, data_format, shape=GROUP_NORM_SHAPE):
     """(layout shape, x of dtype T): scale 4, a few +-90; NaN, +-inf only in sample 1, groups 0
     and 1 (a non-finite value turns its whole group into NaN: the other groups keep their digits)."""
-    Cg = GROUP_NORM_SHAPE[1] // G
-    x = _with_specials(rng, rng.standard_normal(GROUP_NORM_SHAPE) * 4, np.s_[1, :2 * Cg])
+    Cg = shape[1] // G
+    x = _with_specials(rng, rng.standard_normal(shape) * 4, np.s_[1, :2 * Cg])
     x.reshape(-1)[rng.choice(x.size, 6, replace=False)] = [90.0, -90.0, 89.0, -89.5, 60.0, -75.0]
     if data_format == "NHWC":
         x = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
@@ -262,12 +265,13 @@ def test_group_norm_swish_kernels_ignore_page_offsets(rng, T, data_format):
     _assert_offset_invariant(run, ["y", "mean", "rstd"])
 
 
+@pytest.mark.parametrize("nchw_shape", [GROUP_NORM_SHAPE, RUNS_SHAPE], ids=["slabs", "runs"])
 @pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("T", [F32, F16, BF16], ids=_group_norm_id)
-def test_group_norm_swish_grad_kernels_ignore_page_offsets(rng, T, data_format):
+def test_group_norm_swish_grad_kernels_ignore_page_offsets(rng, T, data_format, nchw_shape):
     U = F32
-    C = GROUP_NORM_SHAPE[1]
-    shape, x = _group_norm_inputs(rng, T, data_format)
+    C = nchw_shape[1]
+    shape, x = _group_norm_inputs(rng, T, data_format, nchw_shape)
     gamma, beta = (rng.standard_normal(C) * 1.5).astype(U), rng.standard_normal(C).astype(U)
     with np.errstate(all="ignore"):  # mean and rstd as the forward hands them over (NaN where x has them)
         _, mean, rstd = ops.reference.group_norm_swish(x, gamma, beta, G, data_format=data_format)
