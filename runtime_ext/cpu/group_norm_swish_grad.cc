@@ -2,6 +2,7 @@
 // aclnnGroupNormSwishGrad; T for dy/x/dx, U for the rest, each float, float16 or bfloat16.
 #include "cpu/ops.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,7 +33,12 @@ static int64_t SlabsPerTask(DType T, int64_t NG, int64_t M) {
     return bytes > 0 ? static_cast<int64_t>(bytes) : int64_t{1} << 20;  // (unknown: 1 MiB)
   }();
   if (T != DType::kFloat || 2 * 3 * M * static_cast<int64_t>(sizeof(float)) > l2_bytes) return 1;
-  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  // the CPUs this process may run on (a container's cpuset, taskset), else every online one
+  static const int64_t cores = [] {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<int64_t>(CPU_COUNT(&set));
+    return static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  }();
   return std::max<int64_t>(1, NG / (4 * cores));
 }
 

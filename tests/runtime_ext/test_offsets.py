@@ -52,7 +52,7 @@ ELEMENTWISE_SIZES = [16384 * 2 + 13, 1000]  # over two work chunks, not a multip
 GROUP_NORM_SHAPE, G = (2, 16, 31, 41), 4
 # GroupNormSwishGrad's runs of slabs (group_norm_swish_grad.cc: about four tasks a core, hence N):
 # four slabs a task, each slab's second pass in pieces behind the next one's first
-RUNS_SHAPE = (4 * (os.cpu_count() or 1), 8, 31, 41)
+RUNS_SHAPE = (4 * len(os.sched_getaffinity(0)), 8, 31, 41)
 
 
 def _bits(array: np.ndarray) -> np.ndarray:
