@@ -16,7 +16,7 @@ import pytest
 from ascend_grad import runtime_ext
 
 HARNESS = Path(__file__).with_name("exp_accuracy.cc")
-SOURCES = Path(runtime_ext.__file__).parent
+SOURCES = Path(__file__).resolve().parents[2] / "runtime_ext"  # (the checkout's: the installed package has no C++)
 FLAGS = {
     "avx512": ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mfma", "-mf16c"],
     "avx2": ["-mavx2", "-mfma", "-mf16c"],
@@ -38,8 +38,9 @@ def measured(onnxruntime_headers, tmp_path_factory):
     runs = {}
     for isa in ISAS:
         binary = folder / f"exp_{isa}"
-        subprocess.run(["g++", "-O2", "-std=c++17", *FLAGS[isa], f"-DASCEND_GRAD_ISA={isa}", f"-I{SOURCES}",
-                        f"-I{onnxruntime_headers}", "-o", str(binary), str(HARNESS)], check=True)
+        built = subprocess.run(["g++", "-O2", "-std=c++17", *FLAGS[isa], f"-DASCEND_GRAD_ISA={isa}", f"-I{SOURCES}",
+                                f"-I{onnxruntime_headers}", "-o", str(binary), str(HARNESS)], capture_output=True, text=True)
+        assert built.returncode == 0, f"{isa}: the harness did not build:\n{built.stderr[-4000:]}"
         runs[isa] = subprocess.Popen([str(binary)], stdout=subprocess.PIPE, text=True)
     results = {}
     try:
