@@ -287,8 +287,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
     by_blocks(
         [&](Vec v, int64_t c, size_t count) {
           const Vec d = centre(v, c, count);
-          StorePartial(d, block + c, count);
-          for (size_t l = 0; l < count; ++l) sums[c + static_cast<int64_t>(l)] += static_cast<double>(block[c + static_cast<int64_t>(l)]);
+          AddToDoubles(d, sums + c, count);
           StorePartial(Fma(d, d, LoadPartial(block2 + c, count)), block2 + c, count);
         },
         [&] {

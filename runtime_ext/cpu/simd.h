@@ -337,6 +337,28 @@ struct DoubleLanes {
 #endif
 };
 
+// p[l] += v's lane l, converted exactly, for l < count: double sums per lane kept in memory (the
+// channels-last kernels' per-channel sums), the arithmetic of a scalar loop over the lanes
+inline void AddToDoubles(Vec v, double* p, size_t count) {
+#if defined(__AVX512F__)
+  const __mmask16 lanes = FirstLanes(count);
+  const __mmask8 low = static_cast<__mmask8>(lanes), high = static_cast<__mmask8>(lanes >> 8);
+  const __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(v.v));
+  const __m512d b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v.v), 1)));
+  _mm512_mask_storeu_pd(p, low, _mm512_add_pd(_mm512_maskz_loadu_pd(low, p), a));
+  _mm512_mask_storeu_pd(p + 8, high, _mm512_add_pd(_mm512_maskz_loadu_pd(high, p + 8), b));
+#elif defined(__AVX2__)
+  const __m256i index = _mm256_setr_epi64x(0, 1, 2, 3);
+  const __m256i low = _mm256_cmpgt_epi64(_mm256_set1_epi64x(static_cast<int64_t>(count)), index);
+  const __m256i high = _mm256_cmpgt_epi64(_mm256_set1_epi64x(static_cast<int64_t>(count) - 4), index);
+  const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v.v)), b = _mm256_cvtps_pd(_mm256_extractf128_ps(v.v, 1));
+  _mm256_maskstore_pd(p, low, _mm256_add_pd(_mm256_maskload_pd(p, low), a));
+  _mm256_maskstore_pd(p + 4, high, _mm256_add_pd(_mm256_maskload_pd(p + 4, high), b));
+#else
+  if (count > 0) *p += static_cast<double>(v.v);
+#endif
+}
+
 // A partial vector (n < kLanes values) through a zero-padded buffer, where no masked form is above
 // (AVX2 half types, the scalar path). (A whole vector loads directly: the channels-last kernels pass
 // whole channel vectors through here.)
