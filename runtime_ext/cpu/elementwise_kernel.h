@@ -13,12 +13,16 @@
 namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
-// Streamed outputs: the inputs are fetched into L1 2 KiB ahead of the walk. Behind non-temporal
-// stores the hardware prefetchers of an Intel Xeon (Sapphire Rapids class) fell behind: 16M
-// SiluBackward, 1 thread, a C++ loop around the kernel walked forward, AVX-512 bfloat16 14.7-19.5 ->
-// 7.8-8.2 ms, float 10.4-13.1 -> 7.9-9.6; AVX2 float 18-31 -> 10.4-12.5 (backward walks gained
-// less: 8.5-9.9 -> 8.4-9.4 and 11.8-13.2 -> 9.8-10.7). A prefetch is a hint: it never faults, and
-// its address is formed as an integer, so it may lie outside the array.
+// The inputs are fetched into L1 2 KiB ahead of the walk. Behind non-temporal stores the hardware
+// prefetchers of an Intel Xeon (Sapphire Rapids class) fell behind: 16M SiluBackward, 1 thread, a
+// C++ loop around the kernel walked forward, AVX-512 bfloat16 14.7-19.5 -> 7.8-8.2 ms, float
+// 10.4-13.1 -> 7.9-9.6; AVX2 float 18-31 -> 10.4-12.5 (backward walks gained less: 8.5-9.9 ->
+// 8.4-9.4 and 11.8-13.2 -> 9.8-10.7). Behind cached stores too, with the arrays in L3: 1M
+// MishBackward, same Xeon, 7 placements, interleaved runs, AVX-512 float 1 thread 0.449-0.495 ->
+// 0.445-0.467 ms, 2 threads 0.237-0.260 -> 0.227-0.234, float16 0.480-0.529 -> 0.461-0.476; AVX2
+// and bfloat16 and 1M SiluBackward (already within 5% at every placement) stayed within noise, and
+// arrays in L1 or L2 (8K, 64K) timed the same. A prefetch is a hint: it never faults, and its
+// address is formed as an integer, so it may lie outside the array.
 constexpr uintptr_t kPrefetchBytes = 2048;
 inline void PrefetchAhead(const void* p, bool backward) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p) + (backward ? 0 - kPrefetchBytes : kPrefetchBytes);
@@ -47,10 +51,8 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
   const Vec dy_one = kDyBroadcast ? Vec::Broadcast(ToFloat(dy[0])) : Vec::Zero();
   const Vec x_one = kXBroadcast ? Vec::Broadcast(ToFloat(x[0])) : Vec::Zero();
   auto whole = [&](size_t i) {
-    if (kStream) {
-      if (!kDyBroadcast) PrefetchAhead(dy + i, kBackward);
-      if (!kXBroadcast) PrefetchAhead(x + i, kBackward);
-    }
+    if (!kDyBroadcast) PrefetchAhead(dy + i, kBackward);
+    if (!kXBroadcast) PrefetchAhead(x + i, kBackward);
     const Vec a = kDyBroadcast ? dy_one : Vec::Load(dy + i);
     const Vec b = kXBroadcast ? x_one : Vec::Load(x + i);
     if (kStream) {
@@ -60,15 +62,13 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
     }
   };
   auto pair = [&](size_t i) {  // (the vectors at i and i + kLanes)
-    if (kStream) {
-      if (!kDyBroadcast) {
-        PrefetchAhead(dy + i, kBackward);
-        PrefetchAhead(dy + i + kLanes, kBackward);
-      }
-      if (!kXBroadcast) {
-        PrefetchAhead(x + i, kBackward);
-        PrefetchAhead(x + i + kLanes, kBackward);
-      }
+    if (!kDyBroadcast) {
+      PrefetchAhead(dy + i, kBackward);
+      PrefetchAhead(dy + i + kLanes, kBackward);
+    }
+    if (!kXBroadcast) {
+      PrefetchAhead(x + i, kBackward);
+      PrefetchAhead(x + i + kLanes, kBackward);
     }
     const Vec a0 = kDyBroadcast ? dy_one : Vec::Load(dy + i), a1 = kDyBroadcast ? dy_one : Vec::Load(dy + i + kLanes);
     const Vec b0 = kXBroadcast ? x_one : Vec::Load(x + i), b1 = kXBroadcast ? x_one : Vec::Load(x + i + kLanes);
