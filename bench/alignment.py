@@ -14,8 +14,10 @@ column also shows what the pages cost (16M float SiluBackward at page offsets (1
 ms with the output in a numpy array, 10.9-11.5 in the arena; README "Benchmark").
 
 The sweep table gives, per case, the median ms at the worst and the best placement (which ones;
-each the median of ROUNDS medians taken in turn over all placements, so drift hits all alike),
-worst / best, the arena placement, PyTorch ATen on the same placed inputs (its worst and best), and
+each the median of ROUNDS medians taken in turn over all placements, so drift hits all alike, every
+round on newly allocated arrays, so no placement keeps one set of pages), worst / best, the noise
+it stands against (one placement's rounds, max / min: the median over the placements), the arena
+placement, PyTorch ATen on the same placed inputs (its worst and best), and
 the floor: an onnxruntime Add over float32 arrays of the same bytes at the same placement, scaled
 to the arrays the kernel moves (3 for the elementwise ops and GroupNormSwish, 5 for
 GroupNormSwishGrad: see bench/kernels.py); fused / floor is at the worst placement.
@@ -53,7 +55,7 @@ PLACEMENTS = [
 ]
 ELEMENTWISE_SIZES = [1 << 20, 1 << 24]
 GROUP_NORM_SHAPE = (2, 320, 64, 64)
-ROUNDS = 3
+ROUNDS = 5
 
 
 def placed_copy(like: np.ndarray, offset: int) -> np.ndarray:
@@ -159,15 +161,19 @@ class Runner:
                     binding.bind_output(name, "cpu")
         return lambda: (keep, self.session.run_with_iobinding(binding))
 
-    def times(self, placements, rounds: int = ROUNDS) -> dict:
-        """Median ms per placement: the median of `rounds` medians taken in turn over all placements
-        (the machine's own drift then falls on every placement alike)."""
-        runs = {p: self.bound(p) for p in placements}
+    def rounds(self, placements, rounds: int = ROUNDS) -> dict:
+        """Per placement, the medians of `rounds` rounds taken in turn over all placements (the
+        machine's own drift then falls on every placement alike), each round on new arrays (new
+        pages: what a placement costs, not what one set of pages happened to cost)."""
         taken = {p: [] for p in placements}
         for _ in range(rounds):
-            for p, run in runs.items():
-                taken[p].append(median_ms(run, min_seconds=0.1, min_reps=3))
-        return {p: float(np.median(ms)) for p, ms in taken.items()}
+            for p in placements:
+                taken[p].append(median_ms(self.bound(p), min_seconds=0.1, min_reps=3))
+        return taken
+
+    def times(self, placements, rounds: int = ROUNDS) -> dict:
+        """Median ms per placement: the median of its rounds' medians (see rounds)."""
+        return {p: float(np.median(ms)) for p, ms in self.rounds(placements, rounds).items()}
 
 
 def add_floor_ms(nbytes: int, placement, threads: int, arrays_moved: int) -> float:
@@ -189,7 +195,8 @@ def add_floor_ms(nbytes: int, placement, threads: int, arrays_moved: int) -> flo
     return median_ms(lambda: session.run_with_iobinding(binding), min_seconds=0.25) * arrays_moved / 3
 
 
-SWEEP_HEADER = ["case", "dtype", "threads", "worst ms (placement)", "best ms (placement)", "worst / best", "arena ms",
+SWEEP_HEADER = ["case", "dtype", "threads", "worst ms (placement)", "best ms (placement)", "worst / best",
+                "one placement's rounds, max / min", "arena ms",
                 "ATen worst / best ms", "Add floor ms (fused worst / floor)"]
 
 
@@ -203,8 +210,11 @@ def sweep(threads=(1, 2), dtypes=("float32", "bfloat16"), out=None, torch=None) 
         for case in cases(dtype, torch):
             for t in threads:
                 runner = Runner(case, t)
-                times = runner.times([*PLACEMENTS, None])
+                taken = runner.rounds([*PLACEMENTS, None])
+                times = {p: float(np.median(ms)) for p, ms in taken.items()}
                 arena = times.pop(None)
+                # the noise: how far one placement's rounds lie apart (median over placements)
+                noise = float(np.median([max(ms) / min(ms) for ms in taken.values()]))
                 worst, best = max(times, key=times.get), min(times, key=times.get)
                 aten = "n/a"
                 if case.aten is not None:
@@ -214,7 +224,7 @@ def sweep(threads=(1, 2), dtypes=("float32", "bfloat16"), out=None, torch=None) 
                 nbytes = case.feeds[case.streams[1]].nbytes
                 floor = add_floor_ms(nbytes, worst, t, case.arrays_moved)
                 row = [case.label, name, str(t), f"{times[worst]:.3f} {worst}", f"{times[best]:.3f} {best}",
-                       f"{times[worst] / times[best]:.2f}", f"{arena:.3f}", aten,
+                       f"{times[worst] / times[best]:.2f}", f"{noise:.2f}", f"{arena:.3f}", aten,
                        f"{floor:.3f} ({times[worst] / floor:.2f}x)"]
                 rows.append(row)
                 print("| " + " | ".join(row) + " |", file=out, flush=True)
