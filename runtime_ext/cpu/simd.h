@@ -14,7 +14,16 @@
 #include <cstring>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
+// gcc 12's intrinsics start some vectors as `__Y = __Y` (_mm512_undefined_ps and kin), which its
+// -Wuninitialized reports at every use (gcc bug 105593): quiet inside these headers only
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 #endif
 
 #include "common/dtype.h"
@@ -364,7 +373,7 @@ inline void AddToDoubles(Vec v, double* p, size_t count) {
 // whole channel vectors through here.)
 template <typename T>
 inline Vec LoadPartial(const T* p, size_t n) {
-  if (n == kLanes) return Vec::Load(p);
+  if (n >= kLanes) return Vec::Load(p);  // (>=: the compiler then knows the copy below fits)
   T buffer[kLanes];
   std::memset(buffer, 0, sizeof(buffer));
   std::memcpy(buffer, p, n * sizeof(T));
@@ -373,7 +382,7 @@ inline Vec LoadPartial(const T* p, size_t n) {
 
 template <typename T>
 inline void StorePartial(Vec v, T* p, size_t n) {
-  if (n == kLanes) return v.Store(p);
+  if (n >= kLanes) return v.Store(p);
   T buffer[kLanes];
   v.Store(buffer);
   std::memcpy(p, buffer, n * sizeof(T));
