@@ -29,19 +29,17 @@ inline void PrefetchAhead(const void* p, bool backward) {
   __builtin_prefetch(reinterpret_cast<const void*>(at), 0, 3);
 }
 
-// Where every vector is a whole cache line (AVX-512 float), the loop takes two vectors a step and
-// loads both before it stores either: fewer loads follow a store they are 4K-aliased with. Intel
-// Xeon, 16M float, one thread, 7 placements, interleaved runs: SiluBackward 8.73-9.50 -> 8.48-9.00
-// ms, MishBackward 8.70-9.93 -> 8.95-9.11. Pairing every type lost with half-line vectors (AVX2
-// float 16M SiluBackward 10.47 -> 10.87 ms on average, AVX-512 bfloat16 7.97 -> 8.39), so they
-// keep one vector a step. (The gain is fragile: a variant that differed only in how the loop
-// finished its last vectors measured like the unpaired loop.) float16 throughout pairs too (its
-// conversions are one instruction each way): 16M, one thread, 6 placements, AVX-512 SiluBackward
-// 5.40-6.04 -> 5.26-5.51 ms, MishBackward 7.22-7.86 -> 6.93-7.39, AVX2 SiluBackward 8.85-9.30 ->
-// 8.47-8.88; bfloat16 (a permute to load, a class test to store) lost: 6.14-6.70 -> 6.43-6.69.
-template <typename TDy, typename TX, typename TOut>
-constexpr bool kPairs = (kLanes * sizeof(TDy) >= 64 && kLanes * sizeof(TX) >= 64 && kLanes * sizeof(TOut) >= 64) ||
-                        (std::is_same_v<TDy, Float16> && std::is_same_v<TX, Float16> && std::is_same_v<TOut, Float16>);
+// The loop takes two vectors a step and loads both before it stores either: fewer loads follow a
+// store they are 4K-aliased with. Intel Xeon (Sapphire Rapids class), 16M float, one thread, 7
+// placements, interleaved runs: SiluBackward 8.73-9.50 -> 8.48-9.00 ms, MishBackward 8.70-9.93 ->
+// 8.95-9.11. First taken only where a vector is a whole cache line (AVX-512 float) and for float16;
+// with the prefetch and masked tails of later changes, every type gained from it too (same Xeon,
+// one thread, 9 to 13 placements, interleaved child processes, ms over the placements): AVX-512
+// bfloat16 16M SiluBackward 6.33-7.03 -> 6.23-6.46, MishBackward 8.82-9.47 -> 8.00-8.55, 2 threads
+// SiluBackward 3.25-3.69 -> 3.15-3.32; 1M MishBackward 0.530-0.552 -> 0.491-0.518; AVX2 float 16M
+// SiluBackward 9.05-10.70 -> 9.20-10.17, bfloat16 14.9-15.6 -> 14.1-14.8; AVX2 float16 and float 1M
+// within noise or faster; the scalar path 8.5-8.8 -> 7.9-8.1. (Measured the other way before those
+// changes: AVX2 float 16M SiluBackward 10.47 -> 10.87 ms, AVX-512 bfloat16 7.97 -> 8.39.)
 
 // out[i] = Op(dy[i], x[i]) for i < n. The first `head` elements (fewer than a vector) and the
 // last ones go through padded vectors, so the whole vectors between store to `out + head` on.
@@ -92,22 +90,14 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
   if (kBackward) {
     partial(end, n - end);
     size_t i = end;
-    if constexpr (kPairs<TDy, TX, TOut>) {
-      for (; i - head >= 2 * kLanes; i -= 2 * kLanes) pair(i - 2 * kLanes);
-      if (i > head) whole(i -= kLanes);
-    } else {
-      for (; i > head;) whole(i -= kLanes);
-    }
+    for (; i - head >= 2 * kLanes; i -= 2 * kLanes) pair(i - 2 * kLanes);
+    if (i > head) whole(i -= kLanes);
     partial(0, head);
   } else {
     partial(0, head);
     size_t i = head;
-    if constexpr (kPairs<TDy, TX, TOut>) {
-      for (; end - i >= 2 * kLanes; i += 2 * kLanes) pair(i);
-      if (i < end) whole(i);
-    } else {
-      for (; i < end; i += kLanes) whole(i);
-    }
+    for (; end - i >= 2 * kLanes; i += 2 * kLanes) pair(i);
+    if (i < end) whole(i);
     partial(end, n - end);
   }
 }
