@@ -247,13 +247,41 @@ inline Vec ExpNeg(Vec y) {
   return {_mm256_mul_ps(scaled, _mm256_set1_ps(0x1p-24f))};
 }
 
-// The first n <= kLanes float lanes by masked loads and stores (as AVX-512 does; half types take
-// the buffer below: AVX2 has no 16-bit masked load)
+// The first n <= kLanes float lanes by masked loads and stores (as AVX-512 does)
 inline __m256i FirstLanes(size_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 inline Vec LoadPartial(const float* p, size_t n) { return {_mm256_maskload_ps(p, FirstLanes(n))}; }
 inline void StorePartial(Vec v, float* p, size_t n) { _mm256_maskstore_ps(p, FirstLanes(n), v.v); }
+
+// The first n <= 8 16-bit values: AVX2 has no 16-bit masked load or store, so the pairs go by
+// 32-bit masked ones and an odd last value by itself (no copy through a buffer, whose byte-wise
+// stores the next vector load would wait on; the masked-off lanes are never touched)
+inline __m128i FirstPairs(size_t n) {
+  return _mm_cmpgt_epi32(_mm_set1_epi32(static_cast<int>(n / 2)), _mm_setr_epi32(0, 1, 2, 3));
+}
+inline __m128i LoadHalves(const void* p, size_t n) {
+  const __m128i pairs = _mm_maskload_epi32(static_cast<const int*>(p), FirstPairs(n));
+  if (n % 2 == 0) return pairs;
+  uint16_t last;
+  std::memcpy(&last, static_cast<const unsigned char*>(p) + 2 * (n - 1), sizeof last);
+  const __m128i at_last = _mm_cmpeq_epi16(_mm_set1_epi16(static_cast<short>(n - 1)), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm_blendv_epi8(pairs, _mm_set1_epi16(static_cast<short>(last)), at_last);
+}
+inline void StoreHalves(__m128i bits, void* p, size_t n) {
+  _mm_maskstore_epi32(static_cast<int*>(p), FirstPairs(n), bits);
+  if (n % 2 == 0) return;
+  // value n - 1 moved to lane 0 (a byte shuffle takes its index at run time)
+  const char at = static_cast<char>(2 * (n - 1));
+  const uint16_t last = static_cast<uint16_t>(_mm_cvtsi128_si32(_mm_shuffle_epi8(bits, _mm_setr_epi8(at, at + 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0))));
+  std::memcpy(static_cast<unsigned char*>(p) + 2 * (n - 1), &last, sizeof last);
+}
+inline Vec LoadPartial(const Float16* p, size_t n) { return {_mm256_cvtph_ps(LoadHalves(p, n))}; }
+inline Vec LoadPartial(const BFloat16* p, size_t n) {
+  return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(LoadHalves(p, n)), 16))};
+}
+inline void StorePartial(Vec v, Float16* p, size_t n) { StoreHalves(v.Half(p), p, n); }
+inline void StorePartial(Vec v, BFloat16* p, size_t n) { StoreHalves(v.Half(p), p, n); }
 inline Vec KeepFirst(Vec v, size_t count) { return {_mm256_and_ps(v.v, _mm256_castsi256_ps(FirstLanes(count)))}; }
 
 #else  // portable scalar: one lane, the same algorithm
@@ -369,7 +397,7 @@ inline void AddToDoubles(Vec v, double* p, size_t count) {
 }
 
 // A partial vector (n < kLanes values) through a zero-padded buffer, where no masked form is above
-// (AVX2 half types, the scalar path). (A whole vector loads directly: the channels-last kernels pass
+// (the scalar path). (A whole vector loads directly: the channels-last kernels pass
 // whole channel vectors through here.)
 template <typename T>
 inline Vec LoadPartial(const T* p, size_t n) {
