@@ -4,8 +4,6 @@
 // order the vectors are walked in).
 #pragma once
 
-#include <type_traits>
-
 #include "cpu/kernels.h"
 #include "cpu/page_walk.h"
 #include "cpu/simd.h"
