@@ -173,7 +173,12 @@ class Runner:
 
     def times(self, placements, rounds: int = ROUNDS) -> dict:
         """Median ms per placement: the median of its rounds' medians (see rounds)."""
-        return {p: float(np.median(ms)) for p, ms in self.rounds(placements, rounds).items()}
+        return medians(self.rounds(placements, rounds))
+
+
+def medians(taken: dict) -> dict:
+    """Per placement, the median of its rounds' ms."""
+    return {p: float(np.median(ms)) for p, ms in taken.items()}
 
 
 def add_floor_ms(nbytes: int, placement, threads: int, arrays_moved: int) -> float:
@@ -211,7 +216,7 @@ def sweep(threads=(1, 2), dtypes=("float32", "bfloat16"), out=None, torch=None) 
             for t in threads:
                 runner = Runner(case, t)
                 taken = runner.rounds([*PLACEMENTS, None])
-                times = {p: float(np.median(ms)) for p, ms in taken.items()}
+                times = medians(taken)
                 arena = times.pop(None)
                 # the noise: how far one placement's rounds lie apart (median over placements)
                 noise = float(np.median([max(ms) / min(ms) for ms in taken.values()]))
