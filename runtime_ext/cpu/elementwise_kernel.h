@@ -4,6 +4,8 @@
 // order the vectors are walked in).
 #pragma once
 
+#include <limits>
+
 #include "cpu/kernels.h"
 #include "cpu/page_walk.h"
 #include "cpu/simd.h"
@@ -46,15 +48,23 @@ template <typename Op, typename TDy, typename TX, typename TOut, bool kDyBroadca
 void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t head = 0) {
   const Vec dy_one = kDyBroadcast ? Vec::Broadcast(ToFloat(dy[0])) : Vec::Zero();
   const Vec x_one = kXBroadcast ? Vec::Broadcast(ToFloat(x[0])) : Vec::Zero();
+  // NaN results as one quiet NaN: where two NaN operands meet, x86 keeps the one in a given operand
+  // position, which the compiler picks per code site, so the pair, single and partial steps (which
+  // one takes an element depends on the placement and the walk) gave NaNs of either sign
+  const Vec nan = Vec::Broadcast(std::numeric_limits<float>::quiet_NaN());
+  auto apply = [&nan](Vec a, Vec b) {
+    const Vec r = Op::Apply(a, b);
+    return Select(IsNaN(r), nan, r);
+  };
   auto whole = [&](size_t i) {
     if (!kDyBroadcast) PrefetchAhead(dy + i, kBackward);
     if (!kXBroadcast) PrefetchAhead(x + i, kBackward);
     const Vec a = kDyBroadcast ? dy_one : Vec::Load(dy + i);
     const Vec b = kXBroadcast ? x_one : Vec::Load(x + i);
     if (kStream) {
-      Op::Apply(a, b).Stream(out + i);
+      apply(a, b).Stream(out + i);
     } else {
-      Op::Apply(a, b).Store(out + i);
+      apply(a, b).Store(out + i);
     }
   };
   auto pair = [&](size_t i) {  // (the vectors at i and i + kLanes)
@@ -68,7 +78,7 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
     }
     const Vec a0 = kDyBroadcast ? dy_one : Vec::Load(dy + i), a1 = kDyBroadcast ? dy_one : Vec::Load(dy + i + kLanes);
     const Vec b0 = kXBroadcast ? x_one : Vec::Load(x + i), b1 = kXBroadcast ? x_one : Vec::Load(x + i + kLanes);
-    const Vec r0 = Op::Apply(a0, b0), r1 = Op::Apply(a1, b1);
+    const Vec r0 = apply(a0, b0), r1 = apply(a1, b1);
     if (kStream) {
       r0.Stream(out + i);
       r1.Stream(out + i + kLanes);
@@ -81,7 +91,7 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
     if (count == 0) return;
     const Vec a = kDyBroadcast ? dy_one : LoadPartial(dy + i, count);
     const Vec b = kXBroadcast ? x_one : LoadPartial(x + i, count);
-    StorePartial(Op::Apply(a, b), out + i, count);
+    StorePartial(apply(a, b), out + i, count);
   };
   if (head > n) head = n;
   const size_t end = n - (n - head) % kLanes;  // whole vectors in [head, end)

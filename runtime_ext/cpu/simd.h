@@ -117,6 +117,7 @@ inline Vec Abs(Vec a) { return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_cast
 inline Vec Neg(Vec a) { return {_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(INT32_MIN)))}; }
 inline Vec NegAbs(Vec a) { return {_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(INT32_MIN)))}; }
 inline Mask Less(Vec a, Vec b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
+inline Mask IsNaN(Vec a) { return _mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q); }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {_mm512_mask_blend_ps(m, if_false.v, if_true.v)}; }
 inline float ReduceAdd(Vec a) { return _mm512_reduce_add_ps(a.v); }
 inline void StreamFence() { _mm_sfence(); }
@@ -220,6 +221,7 @@ inline Vec Abs(Vec a) { return {_mm256_and_ps(a.v, _mm256_castsi256_ps(_mm256_se
 inline Vec Neg(Vec a) { return {_mm256_xor_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)))}; }
 inline Vec NegAbs(Vec a) { return {_mm256_or_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)))}; }
 inline Mask Less(Vec a, Vec b) { return _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ); }
+inline Mask IsNaN(Vec a) { return _mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q); }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {_mm256_blendv_ps(if_false.v, if_true.v, m)}; }
 inline float ReduceAdd(Vec a) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
@@ -316,6 +318,7 @@ inline Vec Abs(Vec a) { return {a.v < 0.0f ? -a.v : a.v}; }
 inline Vec Neg(Vec a) { return {-a.v}; }
 inline Vec NegAbs(Vec a) { return {a.v > 0.0f ? -a.v : a.v}; }
 inline Mask Less(Vec a, Vec b) { return a.v < b.v; }
+inline Mask IsNaN(Vec a) { return a.v != a.v; }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return m ? if_true : if_false; }
 inline float ReduceAdd(Vec a) { return a.v; }
 inline void StreamFence() {}
