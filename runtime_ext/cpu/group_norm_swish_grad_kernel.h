@@ -224,11 +224,8 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
   const Vec scale = Vec::Broadcast(a.swish_scale);
   // g and xhat for channels [c, c + count) of one position
   auto terms = [&](const T* dy_row, const T* x_row, int64_t c, size_t count, Vec* g, Vec* xhat) {
-    const bool full = count == kLanes;
-    const Vec xv = full ? Vec::Load(x_row + c) : LoadPartial(x_row + c, count);
-    const Vec dyv = full ? Vec::Load(dy_row + c) : LoadPartial(dy_row + c, count);
-    const Vec gamma = full ? Vec::Load(a.gamma + c) : LoadPartial(a.gamma + c, count);
-    const Vec beta = full ? Vec::Load(a.beta + c) : LoadPartial(a.beta + c, count);
+    const Vec xv = LoadUpTo(x_row + c, count), dyv = LoadUpTo(dy_row + c, count);
+    const Vec gamma = LoadUpTo(a.gamma + c, count), beta = LoadUpTo(a.beta + c, count);
     *xhat = (xv - Vec::Load(mean_c + c)) * Vec::Load(rstd_c + c);
     *g = SwishGrad(dyv, scale * Fma(*xhat, gamma, beta));  // u = swish_scale * z
   };
@@ -245,8 +242,8 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
           g = KeepFirst(g, count);
           xhat = KeepFirst(xhat, count);
         }
-        StorePartial(LoadPartial(block_dbeta + c, count) + g, block_dbeta + c, count);
-        StorePartial(Fma(g, xhat, LoadPartial(block_dgamma + c, count)), block_dgamma + c, count);
+        StoreUpTo(LoadUpTo(block_dbeta + c, count) + g, block_dbeta + c, count);
+        StoreUpTo(Fma(g, xhat, LoadUpTo(block_dgamma + c, count)), block_dgamma + c, count);
       }
     }
     for (int64_t c = 0; c < C; ++c) {
@@ -276,13 +273,9 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
       const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
       Vec g, xhat;
       terms(dy + p * C, x + p * C, c, count, &g, &xhat);
-      const Vec gamma = count == kLanes ? Vec::Load(a.gamma + c) : LoadPartial(a.gamma + c, count);
+      const Vec gamma = LoadUpTo(a.gamma + c, count);
       const Vec out = Vec::Load(rstd_c + c) * FnMadd(xhat, Vec::Load(c2_c + c), g * gamma - Vec::Load(c1_c + c));
-      if (count == kLanes) {
-        out.Store(dx + p * C + c);
-      } else {
-        StorePartial(out, dx + p * C + c, count);
-      }
+      StoreUpTo(out, dx + p * C + c, count);
     }
   }
 }

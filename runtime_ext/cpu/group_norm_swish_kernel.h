@@ -261,7 +261,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
       for (int64_t p = start; p < end; ++p) {
         for (int64_t c = 0; c < C; c += kLanes) {
           const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
-          each(LoadPartial(x + p * C + c, count), c, count);
+          each(LoadUpTo(x + p * C + c, count), c, count);
         }
       }
       flush();
@@ -270,7 +270,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   // per-channel sums of f(x) over the positions, float blocks flushed into double
   auto channel_sums = [&](auto f) {
     for (int64_t c = 0; c < C; ++c) sums[c] = block[c] = 0.0f;
-    by_blocks([&](Vec v, int64_t c, size_t count) { StorePartial(LoadPartial(block + c, count) + f(v, c), block + c, count); },
+    by_blocks([&](Vec v, int64_t c, size_t count) { StoreUpTo(LoadUpTo(block + c, count) + f(v, c), block + c, count); },
               [&] {
                 for (int64_t c = 0; c < C; ++c) {
                   sums[c] += block[c];
@@ -288,7 +288,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
         [&](Vec v, int64_t c, size_t count) {
           const Vec d = centre(v, c, count);
           AddToDoubles(d, sums + c, count);
-          StorePartial(Fma(d, d, LoadPartial(block2 + c, count)), block2 + c, count);
+          StoreUpTo(Fma(d, d, LoadUpTo(block2 + c, count)), block2 + c, count);
         },
         [&] {
           for (int64_t c = 0; c < C; ++c) {
@@ -300,7 +300,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
 
   for (int64_t c = 0; c < C; ++c) shift_c[c] = HxW > 0 ? ShiftOf(x + c) : 0.0f;
   channel_sums([&](Vec v, int64_t c) {
-    return v - LoadPartial(shift_c + c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes));
+    return v - LoadUpTo(shift_c + c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes));
   });
   for (int64_t grp = 0; grp < a.G; ++grp) {
     double total = 0.0;
@@ -312,7 +312,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
     }
   }
   // x - mean for channels [c, c + count) (x - centre until the mean is known)
-  auto centred = [&](Vec v, int64_t c, size_t count) { return (v - LoadPartial(mean_c + c, count)) - LoadPartial(mean_lo_c + c, count); };
+  auto centred = [&](Vec v, int64_t c, size_t count) { return (v - LoadUpTo(mean_c + c, count)) - LoadUpTo(mean_lo_c + c, count); };
   channel_sums2(centred);
   bool rescue = false;
   for (int64_t grp = 0; grp < a.G; ++grp) {
@@ -354,9 +354,9 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   for (int64_t p = 0; p < HxW; ++p) {
     for (int64_t c = 0; c < C; c += kLanes) {
       const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
-      const Vec z = Fma(centred(LoadPartial(x + p * C + c, count), c, count), LoadPartial(weight_c + c, count),
-                        LoadPartial(a.beta + c, count));
-      StorePartial(Swish(z, scale, a.activate_swish), y + p * C + c, count);
+      const Vec z = Fma(centred(LoadUpTo(x + p * C + c, count), c, count), LoadUpTo(weight_c + c, count),
+                        LoadUpTo(a.beta + c, count));
+      StoreUpTo(Swish(z, scale, a.activate_swish), y + p * C + c, count);
     }
   }
 }

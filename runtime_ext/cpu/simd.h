@@ -381,17 +381,28 @@ struct DoubleLanes {
 // channels-last kernels' per-channel sums), the arithmetic of a scalar loop over the lanes
 inline void AddToDoubles(Vec v, double* p, size_t count) {
 #if defined(__AVX512F__)
-  const __mmask16 lanes = FirstLanes(count);
-  const __mmask8 low = static_cast<__mmask8>(lanes), high = static_cast<__mmask8>(lanes >> 8);
   const __m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(v.v));
   const __m512d b = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v.v), 1)));
+  if (count == kLanes) {  // masked forms only for a partial vector, as in LoadUpTo (float
+                          // GroupNormSwish NHWC (2, 64, 64, 320), 4 placements: 1.61-1.89 -> 1.45-1.75 ms)
+    _mm512_storeu_pd(p, _mm512_add_pd(_mm512_loadu_pd(p), a));
+    _mm512_storeu_pd(p + 8, _mm512_add_pd(_mm512_loadu_pd(p + 8), b));
+    return;
+  }
+  const __mmask16 lanes = FirstLanes(count);
+  const __mmask8 low = static_cast<__mmask8>(lanes), high = static_cast<__mmask8>(lanes >> 8);
   _mm512_mask_storeu_pd(p, low, _mm512_add_pd(_mm512_maskz_loadu_pd(low, p), a));
   _mm512_mask_storeu_pd(p + 8, high, _mm512_add_pd(_mm512_maskz_loadu_pd(high, p + 8), b));
 #elif defined(__AVX2__)
+  const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v.v)), b = _mm256_cvtps_pd(_mm256_extractf128_ps(v.v, 1));
+  if (count == kLanes) {
+    _mm256_storeu_pd(p, _mm256_add_pd(_mm256_loadu_pd(p), a));
+    _mm256_storeu_pd(p + 4, _mm256_add_pd(_mm256_loadu_pd(p + 4), b));
+    return;
+  }
   const __m256i index = _mm256_setr_epi64x(0, 1, 2, 3);
   const __m256i low = _mm256_cmpgt_epi64(_mm256_set1_epi64x(static_cast<int64_t>(count)), index);
   const __m256i high = _mm256_cmpgt_epi64(_mm256_set1_epi64x(static_cast<int64_t>(count) - 4), index);
-  const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v.v)), b = _mm256_cvtps_pd(_mm256_extractf128_ps(v.v, 1));
   _mm256_maskstore_pd(p, low, _mm256_add_pd(_mm256_maskload_pd(p, low), a));
   _mm256_maskstore_pd(p + 4, high, _mm256_add_pd(_mm256_maskload_pd(p + 4, high), b));
 #else
@@ -417,6 +428,21 @@ inline void StorePartial(Vec v, T* p, size_t n) {
   T buffer[kLanes];
   v.Store(buffer);
   std::memcpy(p, buffer, n * sizeof(T));
+}
+
+// count <= kLanes values: a whole vector through a plain load or store, a partial one masked (the
+// channels-last GroupNorm kernels walk C in such vectors). Masked forms for whole vectors too:
+// float GroupNormSwish NHWC (2, 64, 64, 320), one thread, Intel Xeon, 5 placements, 1.96-2.29 ms
+// vs 1.87-2.06 with plain ones.
+template <typename T>
+inline Vec LoadUpTo(const T* p, size_t count) { return count == kLanes ? Vec::Load(p) : LoadPartial(p, count); }
+template <typename T>
+inline void StoreUpTo(Vec v, T* p, size_t count) {
+  if (count == kLanes) {
+    v.Store(p);
+  } else {
+    StorePartial(v, p, count);
+  }
 }
 
 #if !defined(__AVX512F__) && !defined(__AVX2__)
