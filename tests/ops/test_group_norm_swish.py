@@ -133,6 +133,24 @@ def test_rows_whose_ends_lie_far_away(rng, runner, edge):
     _run(runner, x, random_array(rng, 4, F32), random_array(rng, 4, F32), 2)
 
 
+@pytest.mark.parametrize("edge", [1e3, -3e4], ids=str)
+def test_sampled_positions_far_away_channels_last(rng, edge):
+    """NHWC: the kernel centres a sample's sums on the mean of 128 positions spread over HxW (the
+    k-th at k (HxW - 1) // 127); with those far away, that estimate lies many spreads from the
+    mean, and the kernel sums each group again around its mean. Summed around the estimate, the
+    cancellation left 1.4e-6 to 8e-6 in y and rstd; around the mean, 2e-8 to 1e-7: held to 4e-7.
+    (A kernel detail: the function bodies take the mean in one reduction.)"""
+    HxW, C = 256 * 256, 8
+    x = random_array(rng, (1, 256, 256, C), F32)
+    x.reshape(HxW, C)[[k * (HxW - 1) // 127 for k in range(128)]] = edge
+    gamma, beta = random_array(rng, C, F32), random_array(rng, C, F32)
+    feeds = {"x": x, "gamma": gamma, "beta": beta}
+    got = RUNNERS["kernels"](ops.make_node_model("GroupNormSwish", feeds, num_groups=2, data_format="NHWC"), feeds)
+    ref = ops.reference.group_norm_swish(x, gamma, beta, 2, data_format="NHWC")
+    for name, expected in zip(("y", "mean", "rstd"), ref):
+        assert_close(got[name], expected, name, tolerance=4e-7)
+
+
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_nan_spreads_over_its_group_only(rng, runner):
     x = random_array(rng, (2, 8, 3, 3), F32)
