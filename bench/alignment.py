@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from ascend_grad import ops, runtime_ext
-from ascend_grad.bench.kernels import BFLOAT16, DTYPES, GROUPS, TORCH_DTYPES, _torch, add_model
+from ascend_grad.bench.kernels import BFLOAT16, DTYPES, GROUPS, NHWC_SHAPE, TORCH_DTYPES, _torch, add_model
 from ascend_grad.bench.report import Tee, cpu_caches, cpu_model, kernel_isa, machine, write_section
 from ascend_grad.testing import group_norm_feeds, placed, random_array, to_ort_value
 from ascend_grad.timing import median_ms
@@ -99,6 +99,15 @@ def cases(dtype, torch) -> list[Case]:
     found.append(Case(f"GroupNormSwish {GROUP_NORM_SHAPE} G={GROUPS}",
                       ops.make_node_model("GroupNormSwish", forward_feeds, num_groups=GROUPS), forward_feeds,
                       (None, "x"), "y", 3))
+    # channels last (NHWC_SHAPE: the shape above with C last), a layout with kernels of its own
+    grad_feeds = group_norm_feeds(rng, NHWC_SHAPE, GROUPS, dtype, dtype, data_format="NHWC")
+    forward_feeds = {k: grad_feeds[k] for k in ("x", "gamma", "beta")}
+    found.append(Case(f"GroupNormSwishGrad NHWC {NHWC_SHAPE} G={GROUPS}",
+                      ops.make_node_model("GroupNormSwishGrad", grad_feeds, num_groups=GROUPS, data_format="NHWC"),
+                      grad_feeds, ("dy", "x"), "dx", 5))
+    found.append(Case(f"GroupNormSwish NHWC {NHWC_SHAPE} G={GROUPS}",
+                      ops.make_node_model("GroupNormSwish", forward_feeds, num_groups=GROUPS, data_format="NHWC"),
+                      forward_feeds, (None, "x"), "y", 3))
     return found
 
 

@@ -39,6 +39,7 @@ from ascend_grad.timing import median_ms, ort_runner
 
 SIZES = [1 << 20, 1 << 24]
 GROUP_NORM_SHAPES = [(2, 320, 64, 64), (8, 128, 32, 32), (1, 512, 128, 128)]
+NHWC_SHAPE = (2, 64, 64, 320)  # the first shape channels last (data_format "NHWC", a CPU extension)
 GROUPS = 32
 DTYPES = {"float32": np.dtype(np.float32), "bfloat16": BFLOAT16, "float16": np.dtype(np.float16)}
 TORCH_DTYPES = {"float32": lambda t: t.float32, "bfloat16": lambda t: t.bfloat16, "float16": lambda t: t.float16}
@@ -143,10 +144,23 @@ def elementwise_rows(op_type, n, dtype, threads, torch, compile_too):
     return Row(label, dtype.name, threads, fused, aten, compiled, decomposed, floor)
 
 
-def group_norm_rows(shape, dtype, threads, torch, compile_too):
+def _layout(data_format):
+    """(attributes of the node, torch tensor from a numpy array of that layout, label part)."""
+    if data_format == "NCHW":
+        return {}, lambda torch, a: torch.from_numpy(a), ""
+    # channels last: the logical NCHW tensor over the NHWC array (PyTorch's channels_last format)
+    def to_torch(torch, a):
+        t = torch.from_numpy(a)
+        return t.permute(0, a.ndim - 1, *range(1, a.ndim - 1)) if a.ndim > 2 else t
+
+    return {"data_format": "NHWC"}, to_torch, "NHWC "
+
+
+def group_norm_rows(shape, dtype, threads, torch, compile_too, data_format="NCHW"):
     rng = np.random.default_rng(0)
-    feeds = group_norm_feeds(rng, shape, GROUPS, dtype, dtype)
-    model = ops.make_node_model("GroupNormSwishGrad", feeds, num_groups=GROUPS)
+    attrs, to_torch, layout = _layout(data_format)
+    feeds = group_norm_feeds(rng, shape, GROUPS, dtype, dtype, data_format=data_format)
+    model = ops.make_node_model("GroupNormSwishGrad", feeds, num_groups=GROUPS, **attrs)
     fused = median_ms(ort_runner(model, feeds, threads, True))
     decomposed = median_ms(ort_runner(model, feeds, threads, False))
     aten = compiled = None
@@ -160,11 +174,12 @@ def group_norm_rows(shape, dtype, threads, torch, compile_too):
             g = torch.ops.aten.silu_backward(dy, z)
             return torch.ops.aten.native_group_norm_backward(g, x, mean, rstd, gamma, N, C, HxW, GROUPS, [True, True, True])
 
-        args = tuple(torch.from_numpy(feeds[k].astype(np.float32)).to(tdtype) for k in ("dy", "x", "gamma", "beta"))
+        args = tuple(to_torch(torch, feeds[k].astype(np.float32)).to(tdtype) for k in ("dy", "x", "gamma", "beta"))
         aten, compiled = _torch_timings(torch, recompute, args, threads, compile_too)
     n = int(np.prod(shape))
     floor = 5 * n * dtype.itemsize / stream_bandwidth(n * dtype.itemsize, threads) * 1e3
-    return Row(f"GroupNormSwishGrad {shape} G={GROUPS}", dtype.name, threads, fused, aten, compiled, decomposed, floor)
+    return Row(f"GroupNormSwishGrad {layout}{shape} G={GROUPS}", dtype.name, threads, fused, aten, compiled, decomposed,
+               floor)
 
 
 def exporter_group_norm_swish(shape, num_groups, dtype, eps=1e-5):
@@ -198,15 +213,20 @@ def exporter_group_norm_swish(shape, num_groups, dtype, eps=1e-5):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
 
 
-def group_norm_swish_rows(shape, dtype, threads, torch, compile_too):
+def group_norm_swish_rows(shape, dtype, threads, torch, compile_too, data_format="NCHW"):
     rng = np.random.default_rng(0)
-    feeds = {k: v for k, v in group_norm_feeds(rng, shape, GROUPS, dtype, dtype).items() if k in ("x", "gamma", "beta")}
-    model = ops.make_node_model("GroupNormSwish", feeds, num_groups=GROUPS)
+    attrs, to_torch, layout = _layout(data_format)
+    feeds = {k: v for k, v in group_norm_feeds(rng, shape, GROUPS, dtype, dtype, data_format=data_format).items()
+             if k in ("x", "gamma", "beta")}
+    model = ops.make_node_model("GroupNormSwish", feeds, num_groups=GROUPS, **attrs)
     fused = median_ms(ort_runner(model, feeds, threads, True))
     spatial = (1,) * (len(shape) - 2)
     spelled = {"x": feeds["x"], "gamma": feeds["gamma"].reshape(-1, *spatial), "beta": feeds["beta"].reshape(-1, *spatial)}
     try:
-        decomposed = median_ms(ort_runner(exporter_group_norm_swish(shape, GROUPS, dtype), spelled, threads, False))
+        if data_format == "NCHW":
+            decomposed = median_ms(ort_runner(exporter_group_norm_swish(shape, GROUPS, dtype), spelled, threads, False))
+        else:  # (no exporter writes channels last: the op's function body)
+            decomposed = median_ms(ort_runner(model, feeds, threads, False))
     except Exception:  # (onnxruntime's CPU InstanceNormalization has no bfloat16 kernel)
         decomposed = None
     aten = compiled = None
@@ -218,11 +238,11 @@ def group_norm_swish_rows(shape, dtype, threads, torch, compile_too):
             z = torch.ops.aten.native_group_norm(x, gamma, beta, N, C, x.numel() // (N * C), GROUPS, 1e-5)[0]
             return torch.ops.aten.silu(z)
 
-        args = tuple(torch.from_numpy(feeds[k].astype(np.float32)).to(tdtype) for k in ("x", "gamma", "beta"))
+        args = tuple(to_torch(torch, feeds[k].astype(np.float32)).to(tdtype) for k in ("x", "gamma", "beta"))
         aten, compiled = _torch_timings(torch, forward, args, threads, compile_too)
     n = int(np.prod(shape))
     floor = 3 * n * dtype.itemsize / stream_bandwidth(n * dtype.itemsize, threads) * 1e3
-    return Row(f"GroupNormSwish {shape} G={GROUPS}", dtype.name, threads, fused, aten, compiled, decomposed, floor)
+    return Row(f"GroupNormSwish {layout}{shape} G={GROUPS}", dtype.name, threads, fused, aten, compiled, decomposed, floor)
 
 
 def run(threads=(1, 2), dtypes=("float32", "bfloat16", "float16"), compile_too=True, out=sys.stdout) -> list[Row]:
@@ -242,6 +262,8 @@ def run(threads=(1, 2), dtypes=("float32", "bfloat16", "float16"), compile_too=T
             cases += [lambda shape=shape: group_norm_rows(shape, dtype, t, torch, compile_too) for shape in GROUP_NORM_SHAPES]
             cases += [lambda shape=shape: group_norm_swish_rows(shape, dtype, t, torch, compile_too)
                       for shape in GROUP_NORM_SHAPES]
+            cases += [lambda rows=rows: rows(NHWC_SHAPE, dtype, t, torch, compile_too, "NHWC")
+                      for rows in (group_norm_rows, group_norm_swish_rows)]
             for case in cases:
                 row = case()
                 rows.append(row)
@@ -253,7 +275,9 @@ SECTION = "## Kernels"
 NOTES = """Medians in ms; (x) is competitor time / fused time; the floor column's (x) is fused / floor.
 ORT decomposed = onnxruntime running the op's ONNX function body (primitive ops), without the kernel
 library; for GroupNormSwish, the exporters' spelling (Reshape, InstanceNormalization, Reshape, Mul,
-Add, Sigmoid, Mul; onnxruntime's CPU InstanceNormalization has no bfloat16 kernel: n/a)."""
+Add, Sigmoid, Mul; onnxruntime's CPU InstanceNormalization has no bfloat16 kernel: n/a). NHWC rows:
+data_format "NHWC" (channels last, a CPU extension), ATen on channels_last tensors, and for
+GroupNormSwish the op's function body (no exporter writes channels last)."""
 
 
 def main(argv=None, prog: str | None = None) -> int:

@@ -40,9 +40,12 @@ def test_a_placed_output_receives_the_result(monkeypatch):
 def test_the_sweep_has_a_row_per_case_and_thread_count(monkeypatch, capsys):
     monkeypatch.setattr(alignment, "ELEMENTWISE_SIZES", [1 << 12])
     monkeypatch.setattr(alignment, "GROUP_NORM_SHAPE", (1, 32, 4, 4))
+    monkeypatch.setattr(alignment, "NHWC_SHAPE", (1, 4, 4, 32))
     monkeypatch.setattr(alignment, "PLACEMENTS", alignment.PLACEMENTS[:3])
     monkeypatch.setattr(alignment, "median_ms", lambda fn, **_: (fn(), 1.0)[1])
     rows = alignment.sweep((1, 2), ("float32",))
-    assert len(rows) == 4 * 2 and all(len(row) == len(alignment.SWEEP_HEADER) for row in rows)
+    # 2 elementwise ops at 1 size, GroupNormSwishGrad and GroupNormSwish NCHW and NHWC; 2 thread counts
+    assert len(rows) == 6 * 2 and all(len(row) == len(alignment.SWEEP_HEADER) for row in rows)
+    assert sum("NHWC" in row[0] for row in rows) == 2 * 2
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert len(lines) == len(rows) + 1  # the header, then a line per row

@@ -34,3 +34,24 @@ def test_the_exporter_spelling_computes_group_norm_swish():
     (y,) = session.run(None, {"x": x, "gamma": gamma.reshape(12, 1, 1), "beta": beta.reshape(12, 1, 1)})
     want = ops.reference.group_norm_swish(x, gamma, beta, G)[0]
     assert_close(y, want)
+
+
+def test_the_channels_last_competitor_reads_the_nhwc_arrays():
+    """ATen's side of the NHWC rows runs on channels_last views of the NHWC arrays: GroupNorm there
+    computes the op (transposed back to NHWC), else its ratio means nothing."""
+    import numpy as np
+    import torch
+
+    from ascend_grad import ops
+    from ascend_grad.testing import assert_close
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((2, 5, 3, 12)) * 2 + 1).astype(np.float32)  # (N, H, W, C)
+    gamma, beta = rng.standard_normal(12).astype(np.float32), rng.standard_normal(12).astype(np.float32)
+    attrs, to_torch, label = kernels._layout("NHWC")
+    assert attrs == {"data_format": "NHWC"} and label == "NHWC "
+    xt = to_torch(torch, x)
+    assert tuple(xt.shape) == (2, 12, 5, 3) and xt.is_contiguous(memory_format=torch.channels_last)
+    z = torch.ops.aten.native_group_norm(xt, to_torch(torch, gamma), to_torch(torch, beta), 2, 12, 15, 3, 1e-5)[0]
+    want = ops.reference.group_norm_swish(x, gamma, beta, 3, data_format="NHWC", activate_swish=False)[0]
+    assert_close(z.permute(0, 2, 3, 1).numpy(), want)
