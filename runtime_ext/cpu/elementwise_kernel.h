@@ -110,22 +110,6 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
   }
 }
 
-// Non-temporal stores walked backward pay only when each fills half a cache line or more (AVX2's
-// 16-byte float16/bfloat16 stores: 16M bfloat16 SiluBackward 26.9 ms streamed backward vs 24.1
-// through the cache, AMD EPYC Zen 3; 32-byte float stores: 39.8 -> 20.7 ms, page_walk.h).
-template <typename TOut>
-constexpr bool kStreamsBackward = kLanes * sizeof(TOut) >= 32;
-
-// Elements before out + head is aligned for non-temporal stores (a vector's bytes of TOut, so the
-// head is less than a vector); false if no whole number is.
-template <typename TOut>
-bool StreamHead(const TOut* out, size_t* head) {
-  constexpr uintptr_t kAlign = kLanes * sizeof(TOut);
-  const uintptr_t bytes = (kAlign - reinterpret_cast<uintptr_t>(out) % kAlign) % kAlign;
-  *head = bytes / sizeof(TOut);
-  return bytes % sizeof(TOut) == 0;
-}
-
 // ElementwiseLoop walked as `walk` says
 template <typename Op, typename TDy, typename TX, typename TOut, bool kDyBroadcast, bool kXBroadcast, bool kStream>
 void Walked(Walk walk, const TDy* dy, const TX* x, TOut* out, size_t n, size_t head = 0) {

@@ -9,6 +9,10 @@
 
 namespace ascend_grad {
 
+// Outputs from 32 MiB on bypass the caches (measured: 16M float SiluBackward 16.3 -> 12.7 ms on
+// one core); smaller ones stay cached for the next op to read.
+constexpr int64_t kStreamBytes = int64_t{32} << 20;
+
 // out[i] = f(dy[i], x[i]) for i < n; an input marked broadcast is one value used for every i.
 // stream: the output is far bigger than the caches, write it around them (non-temporal stores).
 using ElementwiseFn = void (*)(const void* dy, bool dy_broadcast, const void* x, bool x_broadcast, void* out, size_t n,
