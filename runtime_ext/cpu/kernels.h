@@ -51,6 +51,7 @@ struct GroupNormArgs {
   float swish_scale;
   bool activate_swish;
   bool channels_last;
+  bool stream;  // y of kStreamBytes or more (NCHW): written around the caches (non-temporal stores)
 };
 using GroupNormFn = void (*)(const GroupNormArgs& args, int64_t task);
 

@@ -265,6 +265,33 @@ def test_group_norm_swish_kernels_ignore_page_offsets(rng, T, data_format):
     _assert_offset_invariant(run, ["y", "mean", "rstd"])
 
 
+# A y of 32 MiB and more takes non-temporal stores (NCHW), each row from its first aligned vector on:
+# rows of an odd length, so every row starts at another place in its line. (Its walk goes by the
+# gap on every CPU: ASCEND_GRAD_STREAM_WALK does not apply.)
+STREAMED_GROUP_NORM = [(F32, (1, 8, 1021, 1031)), (BF16, (1, 16, 1021, 1031))]
+
+
+@pytest.mark.parametrize("T, shape", STREAMED_GROUP_NORM, ids=_group_norm_id)
+def test_streamed_group_norm_swish_kernels_ignore_page_offsets(rng, T, shape):
+    from ascend_grad.testing import assert_close
+
+    U, (N, C) = F32, shape[:2]
+    x = (rng.standard_normal(shape, dtype=np.float32) * 4).astype(T)
+    feeds = {"x": x, "gamma": (rng.standard_normal(C) * 1.5).astype(U), "beta": rng.standard_normal(C).astype(U)}
+    inputs = {k: (v.dtype, v.shape) for k, v in feeds.items()}
+
+    def run(threads, triple):
+        param_offset, x_offset, out_offset = triple
+        outputs = {"y": (T, shape, out_offset), "mean": (U, (N, G), out_offset), "rstd": (U, (N, G), out_offset)}
+        return _run_placed(_session("GroupNormSwish", inputs, threads, num_groups=G), feeds,
+                           {"x": x_offset, "gamma": param_offset, "beta": param_offset}, outputs)
+
+    # the streamed stores hold the op's values, not only the same bits at every placement
+    got = run(1, OFFSETS[3])
+    assert_close(got["y"], ops.reference.group_norm_swish(x, feeds["gamma"], feeds["beta"], G)[0], "y")
+    _assert_offset_invariant(run, ["y", "mean", "rstd"])
+
+
 @pytest.mark.parametrize("nchw_shape", [GROUP_NORM_SHAPE, RUNS_SHAPE], ids=["slabs", "runs"])
 @pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("T", [F32, F16, BF16], ids=_group_norm_id)
