@@ -24,7 +24,7 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
-from ascend_grad.bench.kernels import GROUP_NORM_SHAPES, GROUPS, HEADER, SIZES, Row
+from ascend_grad.bench.kernels import GROUP_NORM_SHAPES, GROUPS, HEADER, NHWC_SHAPE, SIZES, Row
 
 INSTALL_HINT = 'pip install "ascend-grad[chart]"'
 DEFAULT_RESULTS = Path("bench/results.md")
@@ -47,8 +47,8 @@ FLOOR_NOTE = ("Fused: onnxruntime with the ascend-grad kernel library. Floor: by
 def case_labels() -> list[str]:
     """The benchmark's case labels in its order (kernels.run)."""
     labels = [f"{op} {n >> 20}M" for op in ("SiluBackward", "MishBackward") for n in SIZES]
-    return labels + [f"{op} {shape} G={GROUPS}" for op in ("GroupNormSwishGrad", "GroupNormSwish")
-                     for shape in GROUP_NORM_SHAPES]
+    labels += [f"{op} {shape} G={GROUPS}" for op in ("GroupNormSwishGrad", "GroupNormSwish") for shape in GROUP_NORM_SHAPES]
+    return labels + [f"{op} NHWC {NHWC_SHAPE} G={GROUPS}" for op in ("GroupNormSwishGrad", "GroupNormSwish")]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -121,8 +121,9 @@ def machine_here() -> str:
 
 
 def _display_case(case: str) -> str:
-    """'GroupNormSwishGrad (2, 320, 64, 64) G=32' -> two lines, shape as 2×320×64×64."""
-    match = re.fullmatch(r"(\w+) \(([\d, ]+)\)(?: G=(\d+))?", case)
+    """'GroupNormSwishGrad (2, 320, 64, 64) G=32' -> two lines, shape as 2×320×64×64 (a layout
+    word before the shape, 'NHWC', stays on the first line)."""
+    match = re.fullmatch(r"(\w+(?: NHWC)?) \(([\d, ]+)\)(?: G=(\d+))?", case)
     if not match:
         return case
     shape = "×".join(part.strip() for part in match.group(2).split(","))

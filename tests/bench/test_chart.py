@@ -15,8 +15,10 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def expected_cases():
     elementwise = [f"{op} {n >> 20}M" for op in ("SiluBackward", "MishBackward") for n in kernels.SIZES]
-    return elementwise + [f"{op} {shape} G={kernels.GROUPS}" for op in ("GroupNormSwishGrad", "GroupNormSwish")
-                          for shape in kernels.GROUP_NORM_SHAPES]
+    group_norm = [f"{op} {shape} G={kernels.GROUPS}" for op in ("GroupNormSwishGrad", "GroupNormSwish")
+                  for shape in kernels.GROUP_NORM_SHAPES]
+    nhwc = [f"{op} NHWC {kernels.NHWC_SHAPE} G={kernels.GROUPS}" for op in ("GroupNormSwishGrad", "GroupNormSwish")]
+    return elementwise + group_norm + nhwc
 
 
 def table_line(case, dtype, threads):
@@ -48,6 +50,7 @@ def test_every_case_of_the_benchmark_for_float32_at_1_and_2_threads():
     ("MishBackward 16M", "float32", 2),
     ("GroupNormSwishGrad (1, 512, 128, 128) G=32", "float32", 1),
     ("SiluBackward 1M", "bfloat16", 2),
+    ("GroupNormSwish NHWC (2, 64, 64, 320) G=32", "bfloat16", 1),
 ])
 def test_values_are_the_table_numbers(case, dtype, threads):
     (row,) = [r for r in chart.rows_from_results(RESULTS) if (r.case, r.dtype, r.threads) == (case, dtype, threads)]
@@ -116,3 +119,9 @@ def test_main_without_matplotlib_exits_2_with_the_install_hint(tmp_path, monkeyp
     err = capsys.readouterr().err
     assert 'pip install "ascend-grad[chart]"' in err and err.count("\n") == 1
     assert not (tmp_path / "c.png").exists()
+
+
+def test_case_labels_break_before_the_shape():
+    assert chart._display_case("GroupNormSwish (2, 320, 64, 64) G=32") == "GroupNormSwish\n2×320×64×64, G=32"
+    assert chart._display_case("GroupNormSwishGrad NHWC (2, 64, 64, 320) G=32") == "GroupNormSwishGrad NHWC\n2×64×64×320, G=32"
+    assert chart._display_case("SiluBackward 16M") == "SiluBackward 16M"
