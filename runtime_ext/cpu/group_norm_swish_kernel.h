@@ -141,8 +141,10 @@ void RowSums(const T* row, int64_t n, F centre, double* sum, double* squares) {
   sum_lanes[1].AddTo(sum);
 }
 
-// vectors per channel row that estimate a slab's mean before its sums
+// vectors per channel row that estimate a slab's mean before its sums (NCHW); positions that
+// estimate a sample's (NHWC: every instruction set takes the same ones)
 constexpr int64_t kSamples = 8;
+constexpr int64_t kSamplePositions = 128;
 
 template <typename T>
 void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
@@ -326,11 +328,11 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   };
 
   for (int64_t c = 0; c < C; ++c) shift_c[c] = HxW > 0 ? ShiftOf(x + c) : 0.0f;
-  // The centre starts as the mean of a sample (kSamples vectors' worth of positions spread over
-  // the sample, all of them when HxW is small), as in GroupNormSlab: a pass over the sample, which
-  // does not fit in L2, costs as much as the sums themselves ((2, 64, 64, 320) G = 32 float, one
-  // thread, Intel Xeon, 5 placements: a first pass 1.87-2.06 ms, the sample 1.52-1.80).
-  const int64_t sampled = HxW < kSamples * static_cast<int64_t>(kLanes) ? HxW : kSamples * static_cast<int64_t>(kLanes);
+  // The centre starts as the mean of a sample (kSamplePositions positions spread over the sample,
+  // all of them when HxW is small), as in GroupNormSlab: a pass over the sample, which does not fit
+  // in L2, costs as much as the sums themselves ((2, 64, 64, 320) G = 32 float, one thread, Intel
+  // Xeon, 5 placements: a first pass 1.87-2.06 ms, the sample 1.52-1.80).
+  const int64_t sampled = HxW < kSamplePositions ? HxW : kSamplePositions;
   for (int64_t c = 0; c < C; ++c) block[c] = 0.0f;
   for (int64_t k = 0; k < sampled; ++k) {
     const int64_t p = sampled > 1 ? k * (HxW - 1) / (sampled - 1) : 0;
