@@ -226,10 +226,14 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
   }
   const Vec scale = Vec::Broadcast(a.swish_scale);
   // g and xhat for channels [c, c + count) of one position
+  // xhat for channels [c, c + count) of one position
+  auto xhat_at = [&](const T* x_row, int64_t c, size_t count) {
+    return (LoadUpTo(x_row + c, count) - Vec::Load(mean_c + c)) * Vec::Load(rstd_c + c);
+  };
   auto terms = [&](const T* dy_row, const T* x_row, int64_t c, size_t count, Vec* g, Vec* xhat) {
-    const Vec xv = LoadUpTo(x_row + c, count), dyv = LoadUpTo(dy_row + c, count);
+    const Vec dyv = LoadUpTo(dy_row + c, count);
     const Vec gamma = LoadUpTo(a.gamma + c, count), beta = LoadUpTo(a.beta + c, count);
-    *xhat = (xv - Vec::Load(mean_c + c)) * Vec::Load(rstd_c + c);
+    *xhat = xhat_at(x_row, c, count);
     *g = SwishGrad(dyv, scale * Fma(*xhat, gamma, beta));  // u = swish_scale * z
   };
 
@@ -278,7 +282,7 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
       Vec g, xhat;
       if constexpr (std::is_same_v<T, float>) {
         g = LoadUpTo(dx + p * C + c, count);
-        xhat = (LoadUpTo(x + p * C + c, count) - Vec::Load(mean_c + c)) * Vec::Load(rstd_c + c);
+        xhat = xhat_at(x + p * C, c, count);
       } else {
         terms(dy + p * C, x + p * C, c, count, &g, &xhat);
       }

@@ -81,7 +81,7 @@ void WalkRow(int64_t n, bool backward, Whole whole, Part part, int64_t head = 0)
 
 // Non-temporal stores walked backward pay only when each fills half a cache line or more (AVX2's
 // 16-byte float16/bfloat16 stores: 16M bfloat16 SiluBackward 26.9 ms streamed backward vs 24.1
-// through the cache, AMD EPYC Zen 3; 32-byte float stores: 39.8 -> 20.7 ms, page_walk.h).
+// through the cache, AMD EPYC Zen 3; 32-byte float stores: 39.8 -> 20.7 ms, the top of this file).
 template <typename TOut>
 constexpr bool kStreamsBackward = kLanes * sizeof(TOut) >= 32;
 
