@@ -199,10 +199,13 @@ void GroupNormGradSlabs(const GroupNormGradArgs& a, int64_t first, int64_t count
 }
 
 // NHWC: positions are rows of C contiguous channels; vectors run along C with per-channel mean,
-// rstd and coefficients. A whole sample is too big for L2: float keeps g in dx between the passes
-// (pass 2 then pays no exp: (2, 64, 64, 320) G = 32, one thread, Intel Xeon, 5 placements,
-// 2.63-2.80 -> 1.96-2.05 ms); the half types recompute it rather than hold a float scratch of
-// HxW * C values per thread.
+// rstd and coefficients. A whole sample is too big for L2: g waits for pass 2 in memory, so pass 2
+// pays no exp - float keeps it in dx ((2, 64, 64, 320) G = 32, one thread, Intel Xeon, 5
+// placements, 2.63-2.80 -> 1.96-2.05 ms), the half types in a float scratch of the sample's size
+// up to kSampleScratchBytes (a buffer each pool thread keeps); past it they compute g again in
+// pass 2, with the same arithmetic (the same bits).
+constexpr int64_t kSampleScratchBytes = int64_t{16} << 20;
+
 template <typename T>
 void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
   const int64_t C = a.C, Cg = a.C / a.G, HxW = a.HxW;
@@ -224,12 +227,17 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
     mean_c[c] = a.mean[n * a.G + c / Cg];
     rstd_c[c] = a.rstd[n * a.G + c / Cg];
   }
+  // where g waits between the passes, or nullptr: computed again
+  float* g_kept = std::is_same_v<T, float> ? reinterpret_cast<float*>(dx)
+                  : HxW * C <= kSampleScratchBytes / static_cast<int64_t>(sizeof(float))
+                      ? Scratch(static_cast<size_t>(HxW * C), 0)
+                      : nullptr;
   const Vec scale = Vec::Broadcast(a.swish_scale);
-  // g and xhat for channels [c, c + count) of one position
   // xhat for channels [c, c + count) of one position
   auto xhat_at = [&](const T* x_row, int64_t c, size_t count) {
     return (LoadUpTo(x_row + c, count) - Vec::Load(mean_c + c)) * Vec::Load(rstd_c + c);
   };
+  // g and xhat for channels [c, c + count) of one position
   auto terms = [&](const T* dy_row, const T* x_row, int64_t c, size_t count, Vec* g, Vec* xhat) {
     const Vec dyv = LoadUpTo(dy_row + c, count);
     const Vec gamma = LoadUpTo(a.gamma + c, count), beta = LoadUpTo(a.beta + c, count);
@@ -249,7 +257,7 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
           g = KeepFirst(g, count);
           xhat = KeepFirst(xhat, count);
         }
-        if constexpr (std::is_same_v<T, float>) StoreUpTo(g, dx + p * C + c, count);  // g waits in dx
+        if (g_kept != nullptr) StoreUpTo(g, g_kept + p * C + c, count);
         StoreUpTo(LoadUpTo(block_dbeta + c, count) + g, block_dbeta + c, count);
         StoreUpTo(Fma(g, xhat, LoadUpTo(block_dgamma + c, count)), block_dgamma + c, count);
       }
@@ -280,8 +288,8 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
     for (int64_t c = 0; c < C; c += kLanes) {
       const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
       Vec g, xhat;
-      if constexpr (std::is_same_v<T, float>) {
-        g = LoadUpTo(dx + p * C + c, count);
+      if (g_kept != nullptr) {
+        g = LoadUpTo(g_kept + p * C + c, count);
         xhat = xhat_at(x + p * C, c, count);
       } else {
         terms(dy + p * C, x + p * C, c, count, &g, &xhat);

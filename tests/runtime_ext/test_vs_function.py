@@ -41,6 +41,16 @@ def test_group_norm_swish_grad(rng, T, U, data_format):
     _agree(ops.make_node_model("GroupNormSwishGrad", feeds, num_groups=12, data_format=data_format, swish_scale=0.9), feeds)
 
 
+@pytest.mark.parametrize("T", [FLOAT_DTYPES["bfloat16"], FLOAT_DTYPES["float16"]], ids=lambda d: d.name)
+@pytest.mark.parametrize("C", [1000, 1040])
+def test_group_norm_swish_grad_channels_last_sample_scratch(rng, T, C):
+    """NHWC half types keep g in a float scratch of a sample's HxW * C values up to 16 MiB and
+    compute it again past that (runtime_ext/cpu/group_norm_swish_grad_kernel.h): 64 * 64 * 1000 and
+    64 * 64 * 1040 values lie either side."""
+    feeds = group_norm_feeds(rng, (1, 64, 64, C), 8, T, FLOAT_DTYPES["float32"], "NHWC")
+    _agree(ops.make_node_model("GroupNormSwishGrad", feeds, num_groups=8, data_format="NHWC"), feeds)
+
+
 @pytest.mark.parametrize("T, U", PAIRS, ids=lambda d: d.name)
 @pytest.mark.parametrize("data_format", ["NCHW", "NHWC"])
 def test_group_norm_swish(rng, T, U, data_format):
