@@ -206,6 +206,11 @@ void GroupNormGradSlabs(const GroupNormGradArgs& a, int64_t first, int64_t count
 // pass 2, with the same arithmetic (the same bits).
 constexpr int64_t kSampleScratchBytes = int64_t{16} << 20;
 
+// lanes of the channel vector starting at channel c of C (the last one may be partial)
+inline size_t ChannelLanes(int64_t C, int64_t c) {
+  return static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+}
+
 template <typename T>
 void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
   const int64_t C = a.C, Cg = a.C / a.G, HxW = a.HxW;
@@ -250,7 +255,7 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
     for (int64_t c = 0; c < C; ++c) block_dbeta[c] = block_dgamma[c] = 0.0f;
     for (int64_t p = start; p < end; ++p) {
       for (int64_t c = 0; c < C; c += kLanes) {
-        const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+        const size_t count = ChannelLanes(C, c);
         Vec g, xhat;
         terms(dy + p * C, x + p * C, c, count, &g, &xhat);
         if (count < kLanes) {
@@ -286,7 +291,7 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
 
   for (int64_t p = 0; p < HxW; ++p) {
     for (int64_t c = 0; c < C; c += kLanes) {
-      const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+      const size_t count = ChannelLanes(C, c);
       Vec g, xhat;
       if (g_kept != nullptr) {
         g = LoadUpTo(g_kept + p * C + c, count);

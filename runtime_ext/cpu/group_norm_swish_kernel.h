@@ -289,7 +289,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
       const int64_t end = start + kSumBlock / 16 < HxW ? start + kSumBlock / 16 : HxW;
       for (int64_t p = start; p < end; ++p) {
         for (int64_t c = 0; c < C; c += kLanes) {
-          const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+          const size_t count = ChannelLanes(C, c);
           each(LoadUpTo(x + p * C + c, count), c, count);
         }
       }
@@ -337,7 +337,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   for (int64_t k = 0; k < sampled; ++k) {
     const int64_t p = sampled > 1 ? k * (HxW - 1) / (sampled - 1) : 0;
     for (int64_t c = 0; c < C; c += kLanes) {
-      const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+      const size_t count = ChannelLanes(C, c);
       StoreUpTo(LoadUpTo(block + c, count) + (LoadUpTo(x + p * C + c, count) - LoadUpTo(shift_c + c, count)), block + c, count);
     }
   }
@@ -390,7 +390,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   }
   if (rescue) {
     channel_sums([&](Vec v, int64_t c) {
-      return Abs(centred(v, c, static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes)));
+      return Abs(centred(v, c, ChannelLanes(C, c)));
     });
     for (int64_t grp = 0; grp < a.G; ++grp) {
       const double mean_d = static_cast<double>(mean_c[grp * Cg]) + static_cast<double>(mean_lo_c[grp * Cg]);
@@ -410,7 +410,7 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   const Vec scale = Vec::Broadcast(a.swish_scale);
   for (int64_t p = 0; p < HxW; ++p) {
     for (int64_t c = 0; c < C; c += kLanes) {
-      const size_t count = static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+      const size_t count = ChannelLanes(C, c);
       const Vec z = Fma(centred(LoadUpTo(x + p * C + c, count), c, count), LoadUpTo(weight_c + c, count),
                         LoadUpTo(a.beta + c, count));
       StoreUpTo(Swish(z, scale, a.activate_swish), y + p * C + c, count);
