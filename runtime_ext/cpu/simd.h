@@ -237,16 +237,18 @@ inline Vec ExpNeg(Vec y) {
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  // the polynomial times 2^-24, every coefficient scaled so (exactly: each step's result is the
+  // unscaled one's times 2^-24, all normal), then times 2^(n + 24), a normal power of two for
+  // n >= -150: the one rounding of p 2^n, subnormal results included; n = -151 (2^(n + 24) would be
+  // subnormal) gives 0, as p 2^n rounds. (One multiply less on the chain than p 2^(n + 24) 2^-24.)
+  constexpr float k = 0x1p-24f;
   const __m256 r2 = _mm256_mul_ps(r, r);
-  const __m256 a = _mm256_fmadd_ps(_mm256_set1_ps(kExpC6), r, _mm256_set1_ps(kExpC5));
-  const __m256 b = _mm256_fmadd_ps(_mm256_set1_ps(kExpC4), r, _mm256_set1_ps(kExpC3));
-  const __m256 c = _mm256_fmadd_ps(_mm256_set1_ps(kExpC2), r, _mm256_set1_ps(1.0f));
-  const __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(a, r2, b), r2, c), r, _mm256_set1_ps(1.0f));
-  // p 2^(n + 24) is exact and normal for n >= -150 (n = -151, where 2^(n + 24) would be subnormal,
-  // gives 0, as p 2^n rounds); times 2^-24 it rounds once, subnormal results included
+  const __m256 a = _mm256_fmadd_ps(_mm256_set1_ps(kExpC6 * k), r, _mm256_set1_ps(kExpC5 * k));
+  const __m256 b = _mm256_fmadd_ps(_mm256_set1_ps(kExpC4 * k), r, _mm256_set1_ps(kExpC3 * k));
+  const __m256 c = _mm256_fmadd_ps(_mm256_set1_ps(kExpC2 * k), r, _mm256_set1_ps(k));
+  const __m256 p = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(a, r2, b), r2, c), r, _mm256_set1_ps(k));
   const __m256i biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127 + 24));
-  const __m256 scaled = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)));
-  return {_mm256_mul_ps(scaled, _mm256_set1_ps(0x1p-24f))};
+  return {_mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)))};
 }
 
 // The first n <= kLanes float lanes by masked loads and stores (as AVX-512 does)
