@@ -32,12 +32,12 @@ namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
 // z sigmoid(k z) as (z b) q: z b is formed while the divide runs (see SigmoidOf)
-inline Vec SwishOf(Vec z, Vec u) {
+ASCEND_GRAD_MATH Vec SwishOf(Vec z, Vec u) {
   const SigmoidParts sig = SigmoidOf(u);
   return (z * sig.b()) * sig.q;
 }
 
-inline Vec Swish(Vec z, Vec scale, bool activate) { return activate ? SwishOf(z, scale * z) : z; }
+ASCEND_GRAD_MATH Vec Swish(Vec z, Vec scale, bool activate) { return activate ? SwishOf(z, scale * z) : z; }
 
 // x[0] cut to 16 significant bits, or 0 when it is not finite (an infinity would turn every
 // shifted value into NaN where the mean is an infinity)

@@ -14,7 +14,7 @@ namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
 struct MishGrad {
-  static Vec Apply(Vec dy, Vec x) {
+  ASCEND_GRAD_MATH static Vec Apply(Vec dy, Vec x) {
     const Vec one = Vec::Broadcast(1.0f);
     const Vec two = Vec::Broadcast(2.0f);
     const Vec e = ExpNeg(NegAbs(x));

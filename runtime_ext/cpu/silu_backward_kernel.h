@@ -10,13 +10,13 @@ namespace ASCEND_GRAD_ISA {
 // s = sigmoid(u) = b q, s (1 - s) = e q^2 (see SigmoidOf), so it is q (b + u e q): dy q and u e
 // are formed while the divide runs, two operations follow it. SiLU is k = 1; GroupNormSwishGrad
 // uses it with its swish_scale.
-inline Vec SwishGrad(Vec dy, Vec u) {
+ASCEND_GRAD_MATH Vec SwishGrad(Vec dy, Vec u) {
   const SigmoidParts sig = SigmoidOf(u);
   return (dy * sig.q) * Fma(u * sig.e, sig.q, sig.b());
 }
 
 struct SiluGrad {
-  static Vec Apply(Vec dy, Vec x) { return SwishGrad(dy, x); }
+  ASCEND_GRAD_MATH static Vec Apply(Vec dy, Vec x) { return SwishGrad(dy, x); }
 };
 
 template <typename T>

@@ -33,6 +33,13 @@
 #error "define ASCEND_GRAD_ISA (the namespace of this instruction set) before including simd.h"
 #endif
 
+// The math run once per vector (exp, sigmoid, each op's gradient) goes inline wherever it is used:
+// gcc 12 called SwishGrad and SwishOf out of line from many of the loops that use them, the
+// constants reloaded on every call. AMD EPYC Zen 4, AVX2, GroupNormSwish (2, 320, 64, 64) float, one
+// thread, 3 placements, interleaved child processes, two runs: 3.71 -> 3.06 ms, 3.54 -> 2.91
+// (1M float SiluBackward 0.82 -> 0.81, within noise). Same output bits.
+#define ASCEND_GRAD_MATH inline __attribute__((always_inline))
+
 namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
@@ -123,7 +130,7 @@ inline float ReduceAdd(Vec a) { return _mm512_reduce_add_ps(a.v); }
 inline void StreamFence() { _mm_sfence(); }
 
 // 1/d to ~1 ulp: the 14-bit estimate and one Newton step.
-inline Vec Rcp(Vec d) {
+ASCEND_GRAD_MATH Vec Rcp(Vec d) {
   const __m512 r = _mm512_rcp14_ps(d.v);
   return {_mm512_fmadd_ps(r, _mm512_fnmadd_ps(d.v, r, _mm512_set1_ps(1.0f)), r)};
 }
@@ -136,7 +143,7 @@ inline Vec Rcp(Vec d) {
 constexpr float kExpD2 = 5.0001621246e-01f;  // relative minimax on |r| <= 1.001 ln2/32: 1.6e-9
 constexpr float kExpD3 = 1.6666720808e-01f;
 
-inline Vec ExpNeg(Vec y) {
+ASCEND_GRAD_MATH Vec ExpNeg(Vec y) {
   const __m512 x = _mm512_max_ps(_mm512_set1_ps(kExpLow), y.v);  // NaN stays: max returns its second operand
   // adding 1.5 * 2^19 (ulp 1/16) rounds x log2e to k = n + j/16 and leaves 16 k in the low mantissa
   // bits: j is t's low 4 bits, the permute's index
@@ -230,9 +237,9 @@ inline float ReduceAdd(Vec a) {
 }
 inline void StreamFence() { _mm_sfence(); }
 // AVX2's reciprocal estimate has 12 bits: divide instead (one per vector, off the critical path).
-inline Vec Rcp(Vec d) { return {_mm256_div_ps(_mm256_set1_ps(1.0f), d.v)}; }
+ASCEND_GRAD_MATH Vec Rcp(Vec d) { return {_mm256_div_ps(_mm256_set1_ps(1.0f), d.v)}; }
 
-inline Vec ExpNeg(Vec y) {
+ASCEND_GRAD_MATH Vec ExpNeg(Vec y) {
   const __m256 x = _mm256_max_ps(_mm256_set1_ps(kExpLow), y.v);  // NaN stays
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
@@ -324,9 +331,9 @@ inline Mask IsNaN(Vec a) { return a.v != a.v; }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return m ? if_true : if_false; }
 inline float ReduceAdd(Vec a) { return a.v; }
 inline void StreamFence() {}
-inline Vec Rcp(Vec d) { return {1.0f / d.v}; }
+ASCEND_GRAD_MATH Vec Rcp(Vec d) { return {1.0f / d.v}; }
 
-inline Vec ExpNeg(Vec y) {
+ASCEND_GRAD_MATH Vec ExpNeg(Vec y) {
   if (y.v != y.v) return y;  // NaN (before the conversion to int below)
   const float x = y.v < kExpLow ? kExpLow : y.v;
   const float t = x * kLog2e;
@@ -466,7 +473,7 @@ struct SigmoidParts {
   Vec b() const { return Select(negative, e, Vec::Broadcast(1.0f)); }  // s = b q
 };
 
-inline SigmoidParts SigmoidOf(Vec u) {
+ASCEND_GRAD_MATH SigmoidParts SigmoidOf(Vec u) {
   const Vec e = ExpNeg(NegAbs(u));
   return {e, Rcp(Vec::Broadcast(1.0f) + e), Less(u, Vec::Zero())};
 }
