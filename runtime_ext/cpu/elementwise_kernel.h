@@ -29,10 +29,10 @@ inline void PrefetchAhead(const void* p, bool backward) {
   __builtin_prefetch(reinterpret_cast<const void*>(at), 0, 3);
 }
 
-// The loop takes two vectors a step and loads both before it stores either: fewer loads follow a
-// store they are 4K-aliased with. Intel Xeon (Sapphire Rapids class), 16M float, one thread, 7
-// placements, interleaved runs: SiluBackward 8.73-9.50 -> 8.48-9.00 ms, MishBackward 8.70-9.93 ->
-// 8.95-9.11. First taken only where a vector is a whole cache line (AVX-512 float) and for float16;
+// The loop takes kSteps vectors a step (simd.h) and loads them all before it stores any: fewer loads
+// follow a store they are 4K-aliased with. Two a step at first: Intel Xeon (Sapphire Rapids
+// class), 16M float, one thread, 7 placements, interleaved runs: SiluBackward 8.73-9.50 -> 8.48-9.00
+// ms, MishBackward 8.70-9.93 -> 8.95-9.11. First taken only where a vector is a whole cache line (AVX-512 float) and for float16;
 // with the prefetch and masked tails of later changes, every type gained from it too (same Xeon,
 // one thread, 9 to 13 placements, interleaved child processes, ms over the placements): AVX-512
 // bfloat16 16M SiluBackward 6.33-7.03 -> 6.23-6.46, MishBackward 8.82-9.47 -> 8.00-8.55, 2 threads
@@ -67,24 +67,23 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
       apply(a, b).Store(out + i);
     }
   };
-  auto pair = [&](size_t i) {  // (the vectors at i and i + kLanes)
-    if (!kDyBroadcast) {
-      PrefetchAhead(dy + i, kBackward);
-      PrefetchAhead(dy + i + kLanes, kBackward);
+  auto step = [&](size_t i) {  // kSteps vectors from i
+    Vec a[kSteps], b[kSteps];
+    for (int k = 0; k < kSteps; ++k) {
+      if (!kDyBroadcast) PrefetchAhead(dy + i + k * kLanes, kBackward);
+      if (!kXBroadcast) PrefetchAhead(x + i + k * kLanes, kBackward);
     }
-    if (!kXBroadcast) {
-      PrefetchAhead(x + i, kBackward);
-      PrefetchAhead(x + i + kLanes, kBackward);
+    for (int k = 0; k < kSteps; ++k) {
+      a[k] = kDyBroadcast ? dy_one : Vec::Load(dy + i + k * kLanes);
+      b[k] = kXBroadcast ? x_one : Vec::Load(x + i + k * kLanes);
     }
-    const Vec a0 = kDyBroadcast ? dy_one : Vec::Load(dy + i), a1 = kDyBroadcast ? dy_one : Vec::Load(dy + i + kLanes);
-    const Vec b0 = kXBroadcast ? x_one : Vec::Load(x + i), b1 = kXBroadcast ? x_one : Vec::Load(x + i + kLanes);
-    const Vec r0 = apply(a0, b0), r1 = apply(a1, b1);
-    if (kStream) {
-      r0.Stream(out + i);
-      r1.Stream(out + i + kLanes);
-    } else {
-      r0.Store(out + i);
-      r1.Store(out + i + kLanes);
+    for (int k = 0; k < kSteps; ++k) a[k] = apply(a[k], b[k]);
+    for (int k = 0; k < kSteps; ++k) {
+      if (kStream) {
+        a[k].Stream(out + i + k * kLanes);
+      } else {
+        a[k].Store(out + i + k * kLanes);
+      }
     }
   };
   auto partial = [&](size_t i, size_t count) {
@@ -95,17 +94,18 @@ void ElementwiseLoop(const TDy* dy, const TX* x, TOut* out, size_t n, size_t hea
   };
   if (head > n) head = n;
   const size_t end = n - (n - head) % kLanes;  // whole vectors in [head, end)
+  constexpr size_t kSpan = kSteps * kLanes;
   if (kBackward) {
     partial(end, n - end);
     size_t i = end;
-    for (; i - head >= 2 * kLanes; i -= 2 * kLanes) pair(i - 2 * kLanes);
-    if (i > head) whole(i -= kLanes);
+    for (; i - head >= kSpan; i -= kSpan) step(i - kSpan);
+    while (i > head) whole(i -= kLanes);
     partial(0, head);
   } else {
     partial(0, head);
     size_t i = head;
-    for (; end - i >= 2 * kLanes; i += 2 * kLanes) pair(i);
-    if (i < end) whole(i);
+    for (; end - i >= kSpan; i += kSpan) step(i);
+    for (; i < end; i += kLanes) whole(i);
     partial(end, n - end);
   }
 }

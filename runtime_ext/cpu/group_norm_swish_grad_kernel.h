@@ -25,13 +25,13 @@ namespace ASCEND_GRAD_ISA {
 // Float sums are flushed into double every kSumBlock elements: float accumulation, bounded error.
 constexpr int64_t kSumBlock = 4096;
 
-// Pass 1 loads kBatch vectors of x and dy before it stores any g: no load waits on a store of g
-// whose address it matches in the low 12 bits (dx just after x in the page, page_walk.h), and the
-// batch's exp and divide chains overlap. Intel Xeon (Sapphire Rapids class), (2, 320, 64, 64)
-// G = 32, interleaved runs at 7 placements, one vector a step -> four: float, one thread,
-// 1.36-1.54 -> 1.32-1.37 ms; two threads 0.71-0.80 -> 0.68-0.71; bfloat16 1.41-1.47 -> 1.28-1.37;
-// the AVX2 path, float, 2.08-2.31 -> 1.96-2.09. (Two a step: 1.34-1.48 ms, float, one thread.)
-constexpr int kBatch = 4;
+// Pass 1 takes kSteps vectors a step (simd.h) and loads all their x and dy before it stores any g:
+// no load waits on a store of g whose address it matches in the low 12 bits (dx just after x in the
+// page, page_walk.h), and the steps' exp and divide chains overlap. Intel Xeon (Sapphire Rapids
+// class), (2, 320, 64, 64) G = 32, interleaved runs at 7 placements, one vector a step -> four:
+// float, one thread, 1.36-1.54 -> 1.32-1.37 ms; two threads 0.71-0.80 -> 0.68-0.71; bfloat16
+// 1.41-1.47 -> 1.28-1.37; the AVX2 path, float, 2.08-2.31 -> 1.96-2.09. (Two a step: 1.34-1.48 ms,
+// float, one thread.)
 
 // One NCHW (n, group) slab between its passes. Pass 1 runs over pieces of a row (Pass1), then Finish
 // takes c1 and c2; pass 2 (Pass2) is elementwise and may run over any pieces in any order.
@@ -57,7 +57,7 @@ class Slab {
         x_stalls_(ForwardStalls(PageGap(dx_, x_))) {}
 
   // g and the sums over row c's values [begin, end): pieces in order, each inside one kSumBlock
-  // block, starting at a multiple of kBatch vectors from it. Every lane's sums then take its values
+  // block, starting at a multiple of kSteps vectors from it. Every lane's sums then take its values
   // in address order whatever the pieces: the results are those of one call per block.
   void Pass1(int64_t c, int64_t begin, int64_t end) {
     const int64_t HxW = a_.HxW;
@@ -72,14 +72,14 @@ class Slab {
     float* g_row = g_ + c * HxW;
     Vec acc_dbeta = acc_dbeta_, acc_dgamma = acc_dgamma_;
     int64_t i = begin;
-    for (; i + kBatch * static_cast<int64_t>(kLanes) <= end; i += kBatch * kLanes) {
-      Vec xhat[kBatch], dyv[kBatch], g[kBatch];
-      for (int k = 0; k < kBatch; ++k) xhat[k] = Vec::Load(x_row + i + k * kLanes);
-      for (int k = 0; k < kBatch; ++k) dyv[k] = Vec::Load(dy_row + i + k * kLanes);
-      for (int k = 0; k < kBatch; ++k) xhat[k] = (xhat[k] - mean) * rstd;
-      for (int k = 0; k < kBatch; ++k) g[k] = SwishGrad(dyv[k], Fma(xhat[k], gamma, beta));
-      for (int k = 0; k < kBatch; ++k) g[k].Store(g_row + i + k * kLanes);
-      for (int k = 0; k < kBatch; ++k) {  // each lane's sums take its values in address order
+    for (; i + kSteps * static_cast<int64_t>(kLanes) <= end; i += kSteps * kLanes) {
+      Vec xhat[kSteps], dyv[kSteps], g[kSteps];
+      for (int k = 0; k < kSteps; ++k) xhat[k] = Vec::Load(x_row + i + k * kLanes);
+      for (int k = 0; k < kSteps; ++k) dyv[k] = Vec::Load(dy_row + i + k * kLanes);
+      for (int k = 0; k < kSteps; ++k) xhat[k] = (xhat[k] - mean) * rstd;
+      for (int k = 0; k < kSteps; ++k) g[k] = SwishGrad(dyv[k], Fma(xhat[k], gamma, beta));
+      for (int k = 0; k < kSteps; ++k) g[k].Store(g_row + i + k * kLanes);
+      for (int k = 0; k < kSteps; ++k) {  // each lane's sums take its values in address order
         acc_dbeta = acc_dbeta + g[k];
         acc_dgamma = Fma(g[k], xhat[k], acc_dgamma);
       }
@@ -174,7 +174,8 @@ class Slab {
 // slab's pass 2 piece by piece just before the next slab's pass 1 over the same rows and values, so
 // only the last slab's pass 2 runs alone. Every slab's arithmetic is that of the slab alone: results
 // do not depend on how slabs are grouped.
-constexpr int64_t kPiece = 512;  // a multiple of kBatch vectors that divides kSumBlock
+constexpr int64_t kPiece = 512;  // a multiple of kSteps vectors that divides kSumBlock
+static_assert(kPiece % (kSteps * static_cast<int64_t>(kLanes)) == 0 && kSumBlock % kPiece == 0, "pieces keep the sums' order");
 
 template <typename T>
 void GroupNormGradSlabs(const GroupNormGradArgs& a, int64_t first, int64_t count) {
@@ -209,6 +210,16 @@ constexpr int64_t kSampleScratchBytes = int64_t{16} << 20;
 // lanes of the channel vector starting at channel c of C (the last one may be partial)
 inline size_t ChannelLanes(int64_t C, int64_t c) {
   return static_cast<size_t>(C - c < static_cast<int64_t>(kLanes) ? C - c : kLanes);
+}
+
+// Over the channel vectors of one position: steps(c) for kSteps whole vectors from c while they
+// last, then one(c, count) for each vector left (the last may be partial)
+template <typename Steps, typename One>
+void ChannelVectors(int64_t C, Steps steps, One one) {
+  constexpr int64_t kSpan = kSteps * static_cast<int64_t>(kLanes);
+  int64_t c = 0;
+  for (; c + kSpan <= C; c += kSpan) steps(c);
+  for (; c < C; c += kLanes) one(c, ChannelLanes(C, c));
 }
 
 template <typename T>

@@ -229,17 +229,25 @@ void GroupNormSlab(const GroupNormArgs& a, int64_t task) {
       const T* x_row = x + c * HxW;
       T* y_row = y + c * HxW;
       StreamHead(y_row, &head);
-      WalkRow(
-          HxW, backward,
-          [&](int64_t i) {
-            __builtin_prefetch(next + c * HxW + i, 0, 2);
-            const Vec out = activation(Fma(centred(Vec::Load(x_row + i)), weight, beta));
-            if constexpr (streamed) {
-              out.Stream(y_row + i);
-            } else {
-              out.Store(y_row + i);
-            }
-          },
+      // k vectors from i: loaded before any is stored (a load the compiler cannot prove apart from
+      // a store stays after it), so their dependency chains can interleave
+      auto vectors = [&](int64_t i, auto steps) {
+        constexpr int k = decltype(steps)::value;
+        Vec out[k];
+        for (int j = 0; j < k; ++j) __builtin_prefetch(next + c * HxW + i + j * kLanes, 0, 2);
+        for (int j = 0; j < k; ++j) out[j] = Vec::Load(x_row + i + j * kLanes);
+        for (int j = 0; j < k; ++j) out[j] = activation(Fma(centred(out[j]), weight, beta));
+        for (int j = 0; j < k; ++j) {
+          if constexpr (streamed) {
+            out[j].Stream(y_row + i + j * kLanes);
+          } else {
+            out[j].Store(y_row + i + j * kLanes);
+          }
+        }
+      };
+      WalkRowSteps<kSteps>(
+          HxW, backward, [&](int64_t i) { vectors(i, std::integral_constant<int, kSteps>{}); },
+          [&](int64_t i) { vectors(i, std::integral_constant<int, 1>{}); },
           [&](int64_t i, size_t count) {
             StorePartial(activation(Fma(centred(LoadPartial(x_row + i, count)), weight, beta)), y_row + i, count);
           },
@@ -408,13 +416,20 @@ void GroupNormSample(const GroupNormArgs& a, int64_t n) {
   }
 
   const Vec scale = Vec::Broadcast(a.swish_scale);
+  // z for channels [c, c + count) of position p
+  auto z_at = [&](int64_t p, int64_t c, size_t count) {
+    return Fma(centred(LoadUpTo(x + p * C + c, count), c, count), LoadUpTo(weight_c + c, count), LoadUpTo(a.beta + c, count));
+  };
   for (int64_t p = 0; p < HxW; ++p) {
-    for (int64_t c = 0; c < C; c += kLanes) {
-      const size_t count = ChannelLanes(C, c);
-      const Vec z = Fma(centred(LoadUpTo(x + p * C + c, count), c, count), LoadUpTo(weight_c + c, count),
-                        LoadUpTo(a.beta + c, count));
-      StoreUpTo(Swish(z, scale, a.activate_swish), y + p * C + c, count);
-    }
+    ChannelVectors(
+        C,
+        [&](int64_t c) {
+          Vec out[kSteps];
+          for (int k = 0; k < kSteps; ++k) out[k] = z_at(p, c + k * kLanes, kLanes);
+          for (int k = 0; k < kSteps; ++k) out[k] = Swish(out[k], scale, a.activate_swish);
+          for (int k = 0; k < kSteps; ++k) out[k].Store(y + p * C + c + k * kLanes);
+        },
+        [&](int64_t c, size_t count) { StoreUpTo(Swish(z_at(p, c, count), scale, a.activate_swish), y + p * C + c, count); });
   }
 }
 

@@ -61,22 +61,34 @@ inline Walk ChooseWalk(const void* out, const void* last, const void* first) {
   return free(first, true) ? Walk::kForward : Walk::kBackward;
 }
 
-// Over a row of n values: part(0, head) for its first head values (if any; head < kLanes), whole(i)
-// for each whole vector [i, i + kLanes) after them, part(i, count) once for the partial vector at
-// its end (if any); in address order, or in reverse when `backward`.
-template <typename Whole, typename Part>
-void WalkRow(int64_t n, bool backward, Whole whole, Part part, int64_t head = 0) {
+// Over a row of n values: part(0, head) for its first head values (if any; head < kLanes), then its
+// whole vectors after them, kSteps at a time by step(i) for [i, i + kSteps kLanes) while they last,
+// then one at a time by whole(i) for [i, i + kLanes), and part(i, count) once for the partial vector
+// at its end (if any); in address order, or in reverse when `backward`.
+template <int kSteps, typename Step, typename Whole, typename Part>
+void WalkRowSteps(int64_t n, bool backward, Step step, Whole whole, Part part, int64_t head = 0) {
+  constexpr int64_t kSpan = kSteps * static_cast<int64_t>(kLanes);
   if (head > n) head = n;
   const int64_t end = n - (n - head) % static_cast<int64_t>(kLanes);
   if (backward) {
     if (end < n) part(end, static_cast<size_t>(n - end));
-    for (int64_t i = end; i > head;) whole(i -= kLanes);
+    int64_t i = end;
+    for (; i - head >= kSpan; i -= kSpan) step(i - kSpan);
+    while (i > head) whole(i -= kLanes);
     if (head > 0) part(0, static_cast<size_t>(head));
   } else {
     if (head > 0) part(0, static_cast<size_t>(head));
-    for (int64_t i = head; i < end; i += kLanes) whole(i);
+    int64_t i = head;
+    for (; end - i >= kSpan; i += kSpan) step(i);
+    for (; i < end; i += kLanes) whole(i);
     if (end < n) part(end, static_cast<size_t>(n - end));
   }
+}
+
+// WalkRowSteps one whole vector at a time
+template <typename Whole, typename Part>
+void WalkRow(int64_t n, bool backward, Whole whole, Part part, int64_t head = 0) {
+  WalkRowSteps<1>(n, backward, whole, whole, part, head);
 }
 
 // Non-temporal stores walked backward pay only when each fills half a cache line or more (AVX2's
