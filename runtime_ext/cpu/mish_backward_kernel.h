@@ -19,7 +19,7 @@ struct MishGrad {
     const Vec two = Vec::Broadcast(2.0f);
     const Vec e = ExpNeg(NegAbs(x));
     const Vec e2 = e * e;
-    const Mask negative = Less(x, Vec::Zero());
+    const Mask negative = SignSet(x);  // x = -0 takes either side: they agree at 0
     const Vec num = Select(negative, e2 + e + e, Fma(two, e, one));
     const Vec den = num + Select(negative, two, e2 + e2);
     const Vec cross = Select(negative, e, e2);

@@ -9,6 +9,7 @@
 // scalar path share one exp algorithm, AVX-512 takes a table that its permute makes cheap.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -134,7 +135,7 @@ inline Vec FnMadd(Vec a, Vec b, Vec c) { return {_mm512_fnmadd_ps(a.v, b.v, c.v)
 inline Vec Abs(Vec a) { return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7FFFFFFF)))}; }
 inline Vec Neg(Vec a) { return {_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(INT32_MIN)))}; }
 inline Vec NegAbs(Vec a) { return {_mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(INT32_MIN)))}; }
-inline Mask Less(Vec a, Vec b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
+inline Mask SignSet(Vec a) { return _mm512_movepi32_mask(_mm512_castps_si512(a.v)); }  // see the AVX2 one
 inline Mask IsNaN(Vec a) { return _mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q); }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {_mm512_mask_blend_ps(m, if_false.v, if_true.v)}; }
 inline float ReduceAdd(Vec a) { return _mm512_reduce_add_ps(a.v); }
@@ -238,7 +239,9 @@ inline Vec FnMadd(Vec a, Vec b, Vec c) { return {_mm256_fnmadd_ps(a.v, b.v, c.v)
 inline Vec Abs(Vec a) { return {_mm256_and_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)))}; }
 inline Vec Neg(Vec a) { return {_mm256_xor_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)))}; }
 inline Vec NegAbs(Vec a) { return {_mm256_or_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN)))}; }
-inline Mask Less(Vec a, Vec b) { return _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ); }
+// lanes with the sign bit set (below zero, -0, NaN with the sign): blendv reads only that bit, so the
+// vector is its own mask, no compare (sigmoid's branch; at -0 both branches give the same value)
+inline Mask SignSet(Vec a) { return a.v; }
 inline Mask IsNaN(Vec a) { return _mm256_cmp_ps(a.v, a.v, _CMP_UNORD_Q); }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {_mm256_blendv_ps(if_false.v, if_true.v, m)}; }
 inline float ReduceAdd(Vec a) {
@@ -337,7 +340,7 @@ inline Vec FnMadd(Vec a, Vec b, Vec c) { return {c.v - a.v * b.v}; }
 inline Vec Abs(Vec a) { return {a.v < 0.0f ? -a.v : a.v}; }
 inline Vec Neg(Vec a) { return {-a.v}; }
 inline Vec NegAbs(Vec a) { return {a.v > 0.0f ? -a.v : a.v}; }
-inline Mask Less(Vec a, Vec b) { return a.v < b.v; }
+inline Mask SignSet(Vec a) { return std::signbit(a.v); }
 inline Mask IsNaN(Vec a) { return a.v != a.v; }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return m ? if_true : if_false; }
 inline float ReduceAdd(Vec a) { return a.v; }
@@ -486,7 +489,7 @@ struct SigmoidParts {
 
 ASCEND_GRAD_MATH SigmoidParts SigmoidOf(Vec u) {
   const Vec e = ExpNeg(NegAbs(u));
-  return {e, Rcp(Vec::Broadcast(1.0f) + e), Less(u, Vec::Zero())};
+  return {e, Rcp(Vec::Broadcast(1.0f) + e), SignSet(u)};
 }
 
 }  // namespace ASCEND_GRAD_ISA
