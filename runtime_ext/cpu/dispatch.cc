@@ -34,6 +34,7 @@ namespace {
 
 KernelTable g_table = GenericTable();
 bool g_streams_walk_by_gap = true;
+SlabRuns g_slab_runs = SlabRuns::kByL2;
 
 bool Built(const char* isa) {
   if (std::strcmp(isa, "avx2") == 0) return ASCEND_GRAD_WITH_AVX2 == 1;
@@ -110,14 +111,24 @@ void SelectKernels() {
     if (std::strcmp(walk, "gap") == 0 || std::strcmp(walk, "forward") == 0) g_streams_walk_by_gap = std::strcmp(walk, "gap") == 0;
     else std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_STREAM_WALK=%s is neither gap nor forward\n", walk);
   }
+  g_slab_runs = SlabRuns::kByL2;
+  const char* runs = std::getenv("ASCEND_GRAD_SLAB_RUNS");  // for tests and comparisons
+  if (runs != nullptr && *runs != '\0') {
+    if (std::strcmp(runs, "on") == 0 || std::strcmp(runs, "off") == 0) g_slab_runs = std::strcmp(runs, "on") == 0 ? SlabRuns::kOn : SlabRuns::kOff;
+    else std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_SLAB_RUNS=%s is neither on nor off\n", runs);
+  }
   if (std::getenv("ASCEND_GRAD_VERBOSE") != nullptr) {
-    std::fprintf(stderr, "ascend-grad: %s kernels, streams walk %s\n", g_table.isa, g_streams_walk_by_gap ? "by page gap" : "forward");
+    std::fprintf(stderr, "ascend-grad: %s kernels, streams walk %s, slab runs %s\n", g_table.isa,
+                 g_streams_walk_by_gap ? "by page gap" : "forward",
+                 g_slab_runs == SlabRuns::kByL2 ? "by L2 size" : g_slab_runs == SlabRuns::kOn ? "on" : "off");
   }
 }
 
 const KernelTable& Kernels() { return g_table; }
 
 bool StreamsWalkByGap() { return g_streams_walk_by_gap; }
+
+SlabRuns SlabRunsRule() { return g_slab_runs; }
 
 void* ThreadScratch(size_t bytes, int slot) {
   thread_local std::vector<unsigned char> buffers[4];

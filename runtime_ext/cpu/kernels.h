@@ -78,4 +78,10 @@ const KernelTable& Kernels();
 // ASCEND_GRAD_STREAM_WALK=gap|forward says. Chosen in SelectKernels.
 bool StreamsWalkByGap();
 
+// Whether float NCHW GroupNormSwishGrad tasks may take runs of slabs (group_norm_swish_grad.cc):
+// by the L2 size, or as ASCEND_GRAD_SLAB_RUNS=on|off says (on: wherever two slabs fit in L2, what
+// the tests take on every CPU). Chosen in SelectKernels.
+enum class SlabRuns { kByL2, kOn, kOff };
+SlabRuns SlabRunsRule();
+
 }  // namespace ascend_grad

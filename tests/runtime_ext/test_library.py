@@ -81,9 +81,21 @@ def test_streamed_walk_follows_the_cpu_vendor_or_the_environment():
     cpuinfo = Path("/proc/cpuinfo")
     vendor = re.search(r"vendor_id\s*:\s*(\S+)", cpuinfo.read_text()) if cpuinfo.exists() else None
     default = "forward" if vendor and vendor.group(1) == "GenuineIntel" else "by page gap"
-    assert re.search(rf"ascend-grad: \w+ kernels, streams walk {default}\n", _verbose_line())
-    assert "streams walk by page gap\n" in _verbose_line(ASCEND_GRAD_STREAM_WALK="gap")
-    assert "streams walk forward\n" in _verbose_line(ASCEND_GRAD_STREAM_WALK="forward")
+    assert re.search(rf"ascend-grad: \w+ kernels, streams walk {default},", _verbose_line())
+    assert "streams walk by page gap," in _verbose_line(ASCEND_GRAD_STREAM_WALK="gap")
+    assert "streams walk forward," in _verbose_line(ASCEND_GRAD_STREAM_WALK="forward")
     bad = _verbose_line(ASCEND_GRAD_STREAM_WALK="backward")
     assert "ASCEND_GRAD_STREAM_WALK=backward is neither gap nor forward" in bad
-    assert f"streams walk {default}\n" in bad
+    assert f"streams walk {default}," in bad
+
+
+def test_slab_runs_follow_the_l2_size_or_the_environment():
+    """Float NCHW GroupNormSwishGrad tasks take runs of slabs only where L2 holds 2 MiB
+    (runtime_ext/cpu/group_norm_swish_grad.cc) unless ASCEND_GRAD_SLAB_RUNS=on|off says otherwise;
+    any other value is reported and ignored. (The runs' results are checked in test_determinism.)"""
+    assert re.search(r"ascend-grad: \w+ kernels, streams walk [\w ]+, slab runs by L2 size\n", _verbose_line())
+    assert ", slab runs on\n" in _verbose_line(ASCEND_GRAD_SLAB_RUNS="on")
+    assert ", slab runs off\n" in _verbose_line(ASCEND_GRAD_SLAB_RUNS="off")
+    bad = _verbose_line(ASCEND_GRAD_SLAB_RUNS="always")
+    assert "ASCEND_GRAD_SLAB_RUNS=always is neither on nor off" in bad
+    assert ", slab runs by L2 size\n" in bad
