@@ -173,7 +173,8 @@ class Slab {
 // Pass 2 of one slab is L2-bound work, pass 1 waits on memory: a run of consecutive slabs runs each
 // slab's pass 2 piece by piece just before the next slab's pass 1 over the same rows and values, so
 // only the last slab's pass 2 runs alone. Every slab's arithmetic is that of the slab alone: results
-// do not depend on how slabs are grouped.
+// do not depend on how slabs are grouped. (Where runs pay, and where they cost, as on AMD Zen 4:
+// SlabsPerTask in group_norm_swish_grad.cc.)
 constexpr int64_t kPiece = 512;  // a multiple of kSteps vectors that divides kSumBlock
 static_assert(kPiece % (kSteps * static_cast<int64_t>(kLanes)) == 0 && kSumBlock % kPiece == 0, "pieces keep the sums' order");
 
