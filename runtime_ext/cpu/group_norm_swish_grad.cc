@@ -29,8 +29,9 @@ OrtStatus* GroupNormSwishGradKernel::Init(const OrtKernelInfo* info, const DType
 // (2, 320, 64, 64), one thread): their pass 1 converts and is less bound by memory.
 // AMD EPYC Zen 4 (1 MiB L2, 8-way), the AVX2 path, float, one thread, runs of 8 vs slab by slab,
 // cycles a vector (kernel alone, best of 9, three runs): runs lost at every M, 2-3% at M = 4096 and
-// 8192, 5-7% at 10240 and 20480, 12-18% at 31360 and 40960 (onnxruntime, (2, 320, 64, 64), medians
-// over 3 placements: 2.39 -> 2.22 ms at one thread, 1.19 -> 1.16 at two). So runs are taken only
+// 8192, 5-7% at 10240 and 20480, 12-18% at 31360 and 40960 (onnxruntime, (2, 320, 64, 64), runs
+// forced on -> this rule, medians of 5 interleaved rounds: 2.49 -> 2.41 ms at one thread over 13
+// placements, worst / best 1.11 -> 1.05; 1.26 -> 1.23 at two over 3). So runs are taken only
 // where L2 holds kRunsL2Bytes or more: the two CPUs measured fall on either side; why Zen 4 loses
 // even where two slabs fill a tenth of its L2 is not known.
 constexpr int64_t kRunsL2Bytes = int64_t{2} << 20;
