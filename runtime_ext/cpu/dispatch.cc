@@ -87,6 +87,17 @@ KernelTable TableFor(const char* isa) {
   return GenericTable();
 }
 
+// 1 or 0 where the environment variable `name` says `yes` or `no`; -1 where it is unset or empty, or
+// says anything else (reported on stderr and ignored)
+int EnvChoice(const char* name, const char* yes, const char* no) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return -1;
+  if (std::strcmp(value, yes) == 0) return 1;
+  if (std::strcmp(value, no) == 0) return 0;
+  std::fprintf(stderr, "ascend-grad: %s=%s is neither %s nor %s\n", name, value, yes, no);
+  return -1;
+}
+
 }  // namespace
 
 void SelectKernels() {
@@ -105,18 +116,11 @@ void SelectKernels() {
     }
   }
   g_table = TableFor(chosen);
-  g_streams_walk_by_gap = !IsIntel();
-  const char* walk = std::getenv("ASCEND_GRAD_STREAM_WALK");  // for tests and comparisons
-  if (walk != nullptr && *walk != '\0') {
-    if (std::strcmp(walk, "gap") == 0 || std::strcmp(walk, "forward") == 0) g_streams_walk_by_gap = std::strcmp(walk, "gap") == 0;
-    else std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_STREAM_WALK=%s is neither gap nor forward\n", walk);
-  }
-  g_slab_runs = SlabRuns::kByL2;
-  const char* runs = std::getenv("ASCEND_GRAD_SLAB_RUNS");  // for tests and comparisons
-  if (runs != nullptr && *runs != '\0') {
-    if (std::strcmp(runs, "on") == 0 || std::strcmp(runs, "off") == 0) g_slab_runs = std::strcmp(runs, "on") == 0 ? SlabRuns::kOn : SlabRuns::kOff;
-    else std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_SLAB_RUNS=%s is neither on nor off\n", runs);
-  }
+  // overrides of the CPU's own rules, for tests and comparisons
+  const int walk = EnvChoice("ASCEND_GRAD_STREAM_WALK", "gap", "forward");
+  g_streams_walk_by_gap = walk < 0 ? !IsIntel() : walk == 1;
+  const int runs = EnvChoice("ASCEND_GRAD_SLAB_RUNS", "on", "off");
+  g_slab_runs = runs < 0 ? SlabRuns::kByL2 : runs == 1 ? SlabRuns::kOn : SlabRuns::kOff;
   if (std::getenv("ASCEND_GRAD_VERBOSE") != nullptr) {
     std::fprintf(stderr, "ascend-grad: %s kernels, streams walk %s, slab runs %s\n", g_table.isa,
                  g_streams_walk_by_gap ? "by page gap" : "forward",
