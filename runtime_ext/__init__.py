@@ -7,8 +7,9 @@
 
 With the library registered, onnxruntime runs these kernels for the ascend.grad nodes (and ignores
 the model's function bodies); without it, it inlines the bodies. One binary serves onnxruntime 1.19
-to the newest release and picks AVX-512, AVX2 or portable code for the CPU it runs on
-(ASCEND_GRAD_ISA=avx512|avx2|generic forces one; ASCEND_GRAD_VERBOSE=1 says which). The same library
+to the newest release and picks AVX-512, AVX2 (x86-64), NEON (aarch64) or portable code for the CPU
+it runs on (ASCEND_GRAD_ISA=avx512bf16|avx512|avx2|neon|generic forces one; ASCEND_GRAD_VERBOSE=1
+says which). The same library
 registers every op for onnxruntime's CANN execution provider too: one aclnn call per node, CANN found
 at run time ($ASCEND_HOME_PATH/lib64, else already loaded, else /usr/local/Ascend/ascend-toolkit/latest).
 """
@@ -36,6 +37,7 @@ ISA_FEATURES = {
     "avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"],
     "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"],
     "avx2": ["avx2", "fma", "f16c"],
+    "neon": ["fp", "asimd"],  # (aarch64's Features line)
     "generic": [],
 }
 

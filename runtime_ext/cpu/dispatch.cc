@@ -4,6 +4,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+
 #include "cpu/kernels.h"
 
 namespace ascend_grad {
@@ -18,6 +22,9 @@ namespace ascend_grad {
 #ifndef ASCEND_GRAD_WITH_AVX512BF16
 #define ASCEND_GRAD_WITH_AVX512BF16 0
 #endif
+#ifndef ASCEND_GRAD_WITH_NEON
+#define ASCEND_GRAD_WITH_NEON 0
+#endif
 
 KernelTable GenericTable();
 #if ASCEND_GRAD_WITH_AVX2
@@ -28,6 +35,9 @@ KernelTable Avx512Table();
 #endif
 #if ASCEND_GRAD_WITH_AVX512BF16
 KernelTable Avx512bf16Table();
+#endif
+#if ASCEND_GRAD_WITH_NEON
+KernelTable NeonTable();
 #endif
 
 namespace {
@@ -40,6 +50,7 @@ bool Built(const char* isa) {
   if (std::strcmp(isa, "avx2") == 0) return ASCEND_GRAD_WITH_AVX2 == 1;
   if (std::strcmp(isa, "avx512") == 0) return ASCEND_GRAD_WITH_AVX512 == 1;
   if (std::strcmp(isa, "avx512bf16") == 0) return ASCEND_GRAD_WITH_AVX512BF16 == 1;
+  if (std::strcmp(isa, "neon") == 0) return ASCEND_GRAD_WITH_NEON == 1;
   return true;
 }
 
@@ -57,6 +68,13 @@ bool CpuHas(const char* isa) {
   }
   if (std::strcmp(isa, "avx2") == 0) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  }
+#endif
+#if defined(__aarch64__)
+  // Advanced SIMD and the float16 conversions: part of every ARMv8-A CPU, but the kernel says so
+  if (std::strcmp(isa, "neon") == 0) {
+    const unsigned long hwcap = getauxval(AT_HWCAP);
+    return Built(isa) && (hwcap & HWCAP_ASIMD) != 0 && (hwcap & HWCAP_FP) != 0;
   }
 #endif
   return std::strcmp(isa, "generic") == 0;
@@ -84,6 +102,9 @@ KernelTable TableFor(const char* isa) {
 #if ASCEND_GRAD_WITH_AVX2
   if (std::strcmp(isa, "avx2") == 0) return Avx2Table();
 #endif
+#if ASCEND_GRAD_WITH_NEON
+  if (std::strcmp(isa, "neon") == 0) return NeonTable();
+#endif
   return GenericTable();
 }
 
@@ -108,7 +129,7 @@ void SelectKernels() {
     else std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_ISA=%s is not available on this CPU\n", wanted);
   }
   if (chosen == nullptr) {
-    for (const char* isa : {"avx512bf16", "avx512", "avx2", "generic"}) {
+    for (const char* isa : {"avx512bf16", "avx512", "avx2", "neon", "generic"}) {
       if (CpuHas(isa)) {
         chosen = isa;
         break;

@@ -1,12 +1,13 @@
 // One float vector type per instruction set, with the few operations the kernels need.
 //
-// Each instruction-set translation unit (isa_avx512.cc, isa_avx2.cc, isa_generic.cc) defines
-// ASCEND_GRAD_ISA and includes this header with its own compiler flags; everything lands in
+// Each instruction-set translation unit (isa_avx512.cc, isa_avx2.cc, isa_neon.cc, isa_generic.cc)
+// defines ASCEND_GRAD_ISA and includes this header with its own compiler flags; everything lands in
 // namespace ascend_grad::<ISA>, so no inline function compiled for AVX-512 can be picked by the
-// linker for a CPU without it.
+// linker for a CPU without it. NEON is chosen by isa_neon.cc's ASCEND_GRAD_NEON, not by the
+// compiler's __ARM_NEON: every AArch64 compiler defines that, for the portable table too.
 //
-// The math (exp of a non-positive argument, reciprocal) is written here once per ISA: AVX2 and the
-// scalar path share one exp algorithm, AVX-512 takes a table that its permute makes cheap.
+// The math (exp of a non-positive argument, reciprocal) is written here once per ISA: AVX2, NEON and
+// the scalar path share one exp algorithm, AVX-512 takes a table that its permute makes cheap.
 #pragma once
 
 #include <cmath>
@@ -25,6 +26,11 @@
 #else
 #include <immintrin.h>
 #endif
+#elif defined(ASCEND_GRAD_NEON)
+#if !defined(__aarch64__)
+#error "the NEON kernel table is written for AArch64 (vdivq_f32, vrndnq_f32, vaddvq_f32, float64x2_t)"
+#endif
+#include <arm_neon.h>
 #endif
 
 #include "common/dtype.h"
@@ -309,6 +315,132 @@ inline void StorePartial(Vec v, Float16* p, size_t n) { StoreHalves(v.Half(p), p
 inline void StorePartial(Vec v, BFloat16* p, size_t n) { StoreHalves(v.Half(p), p, n); }
 inline Vec KeepFirst(Vec v, size_t count) { return {_mm256_and_ps(v.v, _mm256_castsi256_ps(FirstLanes(count)))}; }
 
+#elif defined(ASCEND_GRAD_NEON)
+
+// AArch64's Advanced SIMD, which every ARMv8-A CPU has: 128-bit vectors, written line for line as
+// the AVX2 path, with the same exp algorithm and fused operations, so each element gets the same
+// arithmetic as there.
+constexpr size_t kLanes = 4;
+using Mask = uint32x4_t;
+
+struct Vec {
+  float32x4_t v;
+  static Vec Broadcast(float f) { return {vdupq_n_f32(f)}; }
+  static Vec Zero() { return {vdupq_n_f32(0.0f)}; }
+  static Vec Load(const float* p) { return {vld1q_f32(p)}; }
+  // FCVTL: exact, subnormal float16 included (Linux leaves FPCR's flush-to-zero bits off)
+  static Vec Load(const Float16* p) { return FromHalves(vld1_u16(reinterpret_cast<const uint16_t*>(p)), p); }
+  static Vec Load(const BFloat16* p) { return FromHalves(vld1_u16(reinterpret_cast<const uint16_t*>(p)), p); }
+  // 4 float16 / bfloat16 values as floats (the pointer only picks the type)
+  static Vec FromHalves(uint16x4_t bits, const Float16*) { return {vcvt_f32_f16(vreinterpret_f16_u16(bits))}; }
+  static Vec FromHalves(uint16x4_t bits, const BFloat16*) { return {vreinterpretq_f32_u32(vshll_n_u16(bits, 16))}; }
+  void Store(float* p) const { vst1q_f32(p, v); }
+  void Store(Float16* p) const { vst1_u16(reinterpret_cast<uint16_t*>(p), Half(p)); }
+  void Store(BFloat16* p) const { vst1_u16(reinterpret_cast<uint16_t*>(p), Half(p)); }
+  // the 4 values rounded to float16 / bfloat16: FCVTN rounds to nearest even (FPCR's default mode),
+  // overflows to inf and keeps NaN NaN; bfloat16 by the integer rounding of the AVX2 path
+  uint16x4_t Half(Float16*) const { return vreinterpret_u16_f16(vcvt_f16_f32(v)); }
+  uint16x4_t Half(BFloat16*) const {
+    const uint32x4_t u = vreinterpretq_u32_f32(v);
+    const uint32x4_t lsb = vandq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(1));
+    const uint16x4_t rounded = vaddhn_u32(u, vaddq_u32(lsb, vdupq_n_u32(0x7FFF)));  // (u + lsb + 0x7FFF) >> 16
+    const uint16x4_t nan = vorr_u16(vshrn_n_u32(u, 16), vdup_n_u16(0x40));
+    return vbsl_u16(vmovn_u32(vceqq_f32(v, v)), rounded, nan);
+  }
+  // AArch64 has no non-temporal store of one vector that C++ can ask for (STNP stores a pair, and
+  // only as a hint): streamed outputs go through the cache (untimed: no ARM machine here)
+  template <typename T>
+  void Stream(T* p) const {
+    Store(p);
+  }
+  friend Vec operator+(Vec a, Vec b) { return {vaddq_f32(a.v, b.v)}; }
+  friend Vec operator-(Vec a, Vec b) { return {vsubq_f32(a.v, b.v)}; }
+  friend Vec operator*(Vec a, Vec b) { return {vmulq_f32(a.v, b.v)}; }
+};
+
+inline Vec Fma(Vec a, Vec b, Vec c) { return {vfmaq_f32(c.v, a.v, b.v)}; }
+inline Vec FnMadd(Vec a, Vec b, Vec c) { return {vfmsq_f32(c.v, a.v, b.v)}; }  // c - a b, one rounding
+inline Vec Abs(Vec a) { return {vabsq_f32(a.v)}; }
+inline Vec Neg(Vec a) { return {vnegq_f32(a.v)}; }
+inline Vec NegAbs(Vec a) { return {vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(a.v), vdupq_n_u32(0x80000000u)))}; }
+// lanes with the sign bit set (see the AVX2 one): one compare of the bits as integers below zero
+inline Mask SignSet(Vec a) { return vcltzq_s32(vreinterpretq_s32_f32(a.v)); }
+inline Mask IsNaN(Vec a) { return vmvnq_u32(vceqq_f32(a.v, a.v)); }
+inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {vbslq_f32(m, if_true.v, if_false.v)}; }
+inline float ReduceAdd(Vec a) { return vaddvq_f32(a.v); }
+inline void StreamFence() {}
+// NEON's reciprocal estimate has 8 bits: divide instead, as AVX2 does (exact to the rounding).
+ASCEND_GRAD_MATH Vec Rcp(Vec d) { return {vdivq_f32(vdupq_n_f32(1.0f), d.v)}; }
+
+// The AVX2 algorithm, operation for operation (the same bits): see there.
+ASCEND_GRAD_MATH Vec ExpNeg(Vec y) {
+  const float32x4_t x = vmaxq_f32(vdupq_n_f32(kExpLow), y.v);  // NaN stays: FMAX returns a NaN operand
+  const float32x4_t n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(kLog2e)));
+  float32x4_t r = vfmsq_f32(x, n, vdupq_n_f32(kLn2Hi));
+  r = vfmsq_f32(r, n, vdupq_n_f32(kLn2Lo));
+  constexpr float k = 0x1p-24f;
+  const float32x4_t r2 = vmulq_f32(r, r);
+  const float32x4_t a = vfmaq_f32(vdupq_n_f32(kExpC5 * k), vdupq_n_f32(kExpC6 * k), r);
+  const float32x4_t b = vfmaq_f32(vdupq_n_f32(kExpC3 * k), vdupq_n_f32(kExpC4 * k), r);
+  const float32x4_t c = vfmaq_f32(vdupq_n_f32(k), vdupq_n_f32(kExpC2 * k), r);
+  const float32x4_t p = vfmaq_f32(vdupq_n_f32(k), vfmaq_f32(c, vfmaq_f32(b, a, r2), r2), r);
+  const int32x4_t biased = vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127 + 24));
+  return {vmulq_f32(p, vreinterpretq_f32_s32(vshlq_n_s32(biased, 23)))};
+}
+
+// The first n < kLanes values lane by lane (NEON has no masked loads or stores; a copy through a
+// stack buffer would make the vector load wait on the copy's small stores); the other lanes are 0
+// and the memory past n is never touched
+inline Vec LoadPartial(const float* p, size_t n) {
+  float32x4_t v = vdupq_n_f32(0.0f);
+  switch (n) {
+    case 3: v = vld1q_lane_f32(p + 2, v, 2); [[fallthrough]];
+    case 2: v = vld1q_lane_f32(p + 1, v, 1); [[fallthrough]];
+    case 1: v = vld1q_lane_f32(p, v, 0); [[fallthrough]];
+    case 0: return {v};
+    default: return Vec::Load(p);
+  }
+}
+inline void StorePartial(Vec v, float* p, size_t n) {
+  switch (n) {
+    case 3: vst1q_lane_f32(p + 2, v.v, 2); [[fallthrough]];
+    case 2: vst1q_lane_f32(p + 1, v.v, 1); [[fallthrough]];
+    case 1: vst1q_lane_f32(p, v.v, 0); [[fallthrough]];
+    case 0: return;
+    default: v.Store(p);
+  }
+}
+inline uint16x4_t LoadHalves(const void* p, size_t n) {
+  const uint16_t* h = static_cast<const uint16_t*>(p);
+  uint16x4_t bits = vdup_n_u16(0);
+  switch (n) {
+    case 3: bits = vld1_lane_u16(h + 2, bits, 2); [[fallthrough]];
+    case 2: bits = vld1_lane_u16(h + 1, bits, 1); [[fallthrough]];
+    case 1: bits = vld1_lane_u16(h, bits, 0); [[fallthrough]];
+    case 0: return bits;
+    default: return vld1_u16(h);
+  }
+}
+inline void StoreHalves(uint16x4_t bits, void* p, size_t n) {
+  uint16_t* h = static_cast<uint16_t*>(p);
+  switch (n) {
+    case 3: vst1_lane_u16(h + 2, bits, 2); [[fallthrough]];
+    case 2: vst1_lane_u16(h + 1, bits, 1); [[fallthrough]];
+    case 1: vst1_lane_u16(h, bits, 0); [[fallthrough]];
+    case 0: return;
+    default: vst1_u16(h, bits);
+  }
+}
+inline Vec LoadPartial(const Float16* p, size_t n) { return Vec::FromHalves(LoadHalves(p, n), p); }
+inline Vec LoadPartial(const BFloat16* p, size_t n) { return Vec::FromHalves(LoadHalves(p, n), p); }
+inline void StorePartial(Vec v, Float16* p, size_t n) { StoreHalves(v.Half(p), p, n); }
+inline void StorePartial(Vec v, BFloat16* p, size_t n) { StoreHalves(v.Half(p), p, n); }
+inline Vec KeepFirst(Vec v, size_t count) {
+  const uint32x4_t index = {0, 1, 2, 3};
+  const uint32x4_t first = vcltq_u32(index, vdupq_n_u32(static_cast<uint32_t>(count)));
+  return {vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(v.v), first))};
+}
+
 #else  // portable scalar: one lane, the same algorithm
 
 constexpr size_t kLanes = 1;
@@ -393,6 +525,18 @@ struct DoubleLanes {
     _mm256_store_pd(lanes + 4, high);
     for (double lane : lanes) *total += lane;
   }
+#elif defined(ASCEND_GRAD_NEON)
+  float64x2_t low = vdupq_n_f64(0.0), high = vdupq_n_f64(0.0);
+  void Add(Vec v) {
+    low = vaddq_f64(low, vcvt_f64_f32(vget_low_f32(v.v)));
+    high = vaddq_f64(high, vcvt_high_f64_f32(v.v));
+  }
+  void AddTo(double* total) const {
+    double lanes[4];
+    vst1q_f64(lanes, low);
+    vst1q_f64(lanes + 2, high);
+    for (double lane : lanes) *total += lane;
+  }
 #else
   double sum = 0.0;
   void Add(Vec v) { sum += static_cast<double>(v.v); }
@@ -428,13 +572,24 @@ inline void AddToDoubles(Vec v, double* p, size_t count) {
   const __m256i high = _mm256_cmpgt_epi64(_mm256_set1_epi64x(static_cast<int64_t>(count) - 4), index);
   _mm256_maskstore_pd(p, low, _mm256_add_pd(_mm256_maskload_pd(p, low), a));
   _mm256_maskstore_pd(p + 4, high, _mm256_add_pd(_mm256_maskload_pd(p + 4, high), b));
+#elif defined(ASCEND_GRAD_NEON)
+  const float64x2_t a = vcvt_f64_f32(vget_low_f32(v.v)), b = vcvt_high_f64_f32(v.v);
+  if (count == kLanes) {
+    vst1q_f64(p, vaddq_f64(vld1q_f64(p), a));
+    vst1q_f64(p + 2, vaddq_f64(vld1q_f64(p + 2), b));
+    return;
+  }
+  double lanes[4];  // (a partial vector: lane by lane, as a scalar loop adds them)
+  vst1q_f64(lanes, a);
+  vst1q_f64(lanes + 2, b);
+  for (size_t l = 0; l < count; ++l) p[l] += lanes[l];
 #else
   if (count > 0) *p += static_cast<double>(v.v);
 #endif
 }
 
-// A partial vector (n < kLanes values) through a zero-padded buffer, where no masked form is above
-// (the scalar path). (A whole vector loads directly: the channels-last kernels pass
+// A partial vector (n < kLanes values) through a zero-padded buffer, where no masked or lane-wise
+// form is above (the scalar path). (A whole vector loads directly: the channels-last kernels pass
 // whole channel vectors through here.)
 template <typename T>
 inline Vec LoadPartial(const T* p, size_t n) {
@@ -468,7 +623,7 @@ inline void StoreUpTo(Vec v, T* p, size_t count) {
   }
 }
 
-#if !defined(__AVX512F__) && !defined(__AVX2__)
+#if !defined(__AVX512F__) && !defined(__AVX2__) && !defined(ASCEND_GRAD_NEON)
 // v with the lanes from `count` on set to zero (a tail must not add padding into a sum).
 inline Vec KeepFirst(Vec v, size_t count) { return count == 0 ? Vec::Zero() : v; }
 #endif

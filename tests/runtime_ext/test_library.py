@@ -51,7 +51,7 @@ def test_kernels_run_a_model_with_no_function_body(rng):
 
 
 @pytest.mark.skipif(os.environ.get("ASCEND_GRAD_ISA") is not None, reason="already inside an instruction-set run")
-@pytest.mark.parametrize("isa", ["avx512bf16", "avx512", "avx2", "generic"])
+@pytest.mark.parametrize("isa", list(runtime_ext.ISA_FEATURES))
 def test_every_instruction_set_passes_the_op_tests(isa):
     """The op tests' kernel cases and the page-offset tests again, with the library forced onto each
     instruction set."""
