@@ -2,8 +2,25 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 namespace ascend_grad {
+
+int64_t StreamBytes() {
+  static const int64_t bytes = [] {
+    const char* value = std::getenv("ASCEND_GRAD_STREAM_BYTES");
+    if (value == nullptr || *value == '\0') return kStreamBytes;
+    char* end = nullptr;
+    const long long parsed = std::strtoll(value, &end, 10);
+    if (*end != '\0' || parsed <= 0) {
+      std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_STREAM_BYTES=%s is not a positive number of bytes\n", value);
+      return kStreamBytes;
+    }
+    return static_cast<int64_t>(parsed);
+  }();
+  return bytes;
+}
 
 bool BroadcastPlan::Build(const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& x_shape) {
   const size_t rank = dy_shape.size() > x_shape.size() ? dy_shape.size() : x_shape.size();
@@ -77,7 +94,7 @@ OrtStatus* RunElementwise(OrtKernelContext* context, ElementwiseFn fn, const Bro
   auto* out_bytes = static_cast<unsigned char*>(out);
   const size_t dy_size = DTypeSize(dy_type), x_size = DTypeSize(x_type), out_size = DTypeSize(out_type);
   size_t out_bytes_total = 0;
-  const bool stream = CheckedBytes(elements, out_size, &out_bytes_total) && out_bytes_total >= static_cast<size_t>(kStreamBytes);
+  const bool stream = CheckedBytes(elements, out_size, &out_bytes_total) && out_bytes_total >= static_cast<size_t>(StreamBytes());
 
   // (index arithmetic below stays inside the element counts Build checked)
   auto row_piece = [&](int64_t row, int64_t start, int64_t count) {

@@ -43,7 +43,7 @@ OrtStatus* GroupNormSwishKernel::Compute(OrtKernelContext* context) {
   const GroupNormArgs args{x.data,       y.data,          gamma_f.data(), beta_f.data(),   mean_f.data(),
                            rstd_f.data(), N,              layout.C,       layout.HxW,      G,
                            attributes_.eps, attributes_.swish_scale, attributes_.activate_swish, ChannelsLastKernel(layout),
-                           layout.elements >= kStreamBytes / static_cast<int64_t>(DTypeSize(t_))};
+                           layout.elements >= StreamBytes() / static_cast<int64_t>(DTypeSize(t_))};
   const GroupNormFn fn = Kernels().group_norm_swish[static_cast<int>(t_)];
   auto task = [&](size_t t) { fn(args, static_cast<int64_t>(t)); };
   ASCEND_GRAD_RETURN_IF_ERROR(ParallelFor(context, static_cast<size_t>(args.channels_last ? N : layout.NG), task));

@@ -99,3 +99,21 @@ def test_slab_runs_follow_the_l2_size_or_the_environment():
     bad = _verbose_line(ASCEND_GRAD_SLAB_RUNS="always")
     assert "ASCEND_GRAD_SLAB_RUNS=always is neither on nor off" in bad
     assert ", slab runs by L2 size\n" in bad
+
+
+def test_stream_threshold_follows_the_environment():
+    """ASCEND_GRAD_STREAM_BYTES moves the size from which outputs are streamed (the emulated aarch64
+    runs take the streamed paths on small arrays); anything but a positive number is reported and
+    ignored, and the op still computes."""
+    child = ("import numpy as np, onnxruntime as ort; from ascend_grad import ops, runtime_ext; "
+             "x = np.linspace(-8, 8, 4099, dtype=np.float32); "
+             "model = ops.make_node_model('SiluBackward', {'gradOutput': x, 'self': x}); "
+             "s = ort.InferenceSession(model.SerializeToString(), runtime_ext.session_options(), providers=['CPUExecutionProvider']); "
+             "ref = ops.reference.silu_backward(x, x); "
+             "print(np.abs(s.run(None, {'gradOutput': x, 'self': x})[0] - ref).max() / np.abs(ref).max())")
+    for value, message in (("4096", False), ("lots", True), ("-1", True)):
+        env = dict({k: v for k, v in os.environ.items() if not k.startswith("ASCEND_GRAD_")}, ASCEND_GRAD_STREAM_BYTES=value)
+        done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, check=True)
+        assert float(done.stdout) <= 1e-5, done.stdout  # (SPEC's float bound, relative to max |ref|)
+        said = f"ASCEND_GRAD_STREAM_BYTES={value} is not a positive number of bytes" in done.stderr
+        assert said == message, done.stderr
