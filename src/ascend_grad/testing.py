@@ -223,3 +223,15 @@ def placed(shape, dtype, offset: int) -> np.ndarray:
     array = raw[start:start + size].view(dtype).reshape(shape)
     assert array.ctypes.data % PAGE == offset and array.flags.c_contiguous
     return array
+
+
+def trimmed(count: int) -> int:
+    """`count` (of test examples, of placements of one kind) times ASCEND_GRAD_TEST_FRACTION, rounded
+    up, at least 1: the emulated aarch64 runs (tests/aarch64) take a share of each kind; 1 by default."""
+    import math
+    import os
+
+    fraction = float(os.environ.get("ASCEND_GRAD_TEST_FRACTION") or 1.0)
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"ASCEND_GRAD_TEST_FRACTION must be in (0, 1], got {fraction}")
+    return max(1, math.ceil(count * fraction))

@@ -24,21 +24,23 @@ import pytest
 from onnx import helper
 
 from ascend_grad import ops, runtime_ext
-from ascend_grad.testing import FLOAT_DTYPES, placed, to_ort_value
+from ascend_grad.testing import FLOAT_DTYPES, placed, to_ort_value, trimmed
 
 F32, F16, BF16 = FLOAT_DTYPES["float32"], FLOAT_DTYPES["float16"], FLOAT_DTYPES["bfloat16"]
 
-# (gradOutput/dy, self/x, outputs) byte offsets into a page; GroupNormSwish has no gradient input
-# and puts gamma and beta at the first offset. The first triple is the baseline.
-OFFSETS = [
-    (0, 0, 0), (16, 16, 16),  # all equal
-    (16, 16, 64), (0, 0, 48), (528, 528, 576),  # output just after the inputs
-    (64, 64, 16), (4080, 4080, 4032),  # output just before
-    (16, 16, 2064),  # output half a page away
-    (128, 16, 64), (16, 128, 64),  # output between the inputs
-    (0, 528, 16), (4032, 48, 0),  # inputs apart
-    (4, 4, 4), (12, 4, 8),  # no vector alignment: a streamed output's head is most of a vector
+# (gradOutput/dy, self/x, outputs) byte offsets into a page, by kind; GroupNormSwish has no gradient
+# input and puts gamma and beta at the first offset. The first triple is the baseline.
+OFFSET_KINDS = [
+    [(0, 0, 0), (16, 16, 16)],  # all equal
+    [(16, 16, 64), (0, 0, 48), (528, 528, 576)],  # output just after the inputs
+    [(64, 64, 16), (4080, 4080, 4032)],  # output just before
+    [(16, 16, 2064)],  # output half a page away
+    [(128, 16, 64), (16, 128, 64)],  # output between the inputs
+    [(0, 528, 16), (4032, 48, 0)],  # inputs apart
+    [(4, 4, 4), (12, 4, 8)],  # no vector alignment: a streamed output's head is most of a vector
 ]
+# every kind; ASCEND_GRAD_TEST_FRACTION takes a share of each (the emulated aarch64 runs)
+OFFSETS = [triple for kind in OFFSET_KINDS for triple in kind[:trimmed(len(kind))]]
 THREADS = [1, 2]
 
 # A signalling NaN with a payload: no arithmetic produces it, so finding it afterwards means the
@@ -194,9 +196,11 @@ def test_elementwise_kernels_ignore_page_offsets(rng, case, n):
 
 # Outputs of 32 MiB and more take non-temporal stores, whose walks are their own code: one float32
 # and one bfloat16 case just past that size, under both rules for their walk (on Intel they walk
-# forward whatever the gaps, elsewhere by gap: ASCEND_GRAD_STREAM_WALK forces either).
-STREAMED = [(("SiluBackward", F32, F32, ("n",), ("n",)), (8 << 20) + 13),
-            (("MishBackward", BF16, BF16, ("n",), ("n",)), (16 << 20) + 13)]
+# forward whatever the gaps, elsewhere by gap: ASCEND_GRAD_STREAM_WALK forces either). The emulated
+# aarch64 runs (tests/aarch64) move the size with ASCEND_GRAD_STREAM_BYTES, which the library reads.
+STREAM_BYTES = int(os.environ.get("ASCEND_GRAD_STREAM_BYTES") or 32 << 20)
+STREAMED = [(("SiluBackward", F32, F32, ("n",), ("n",)), STREAM_BYTES // 4 + 13),
+            (("MishBackward", BF16, BF16, ("n",), ("n",)), STREAM_BYTES // 2 + 13)]
 
 
 @pytest.mark.parametrize("stream_walk", ["gap", "forward"])
@@ -265,10 +269,10 @@ def test_group_norm_swish_kernels_ignore_page_offsets(rng, T, data_format):
     _assert_offset_invariant(run, ["y", "mean", "rstd"])
 
 
-# A y of 32 MiB and more takes non-temporal stores (NCHW), each row from its first aligned vector on:
-# rows of an odd length, so every row starts at another place in its line. (Its walk goes by the
-# gap on every CPU: ASCEND_GRAD_STREAM_WALK does not apply.)
-STREAMED_GROUP_NORM = [(F32, (1, 8, 1021, 1031)), (BF16, (1, 16, 1021, 1031))]
+# A y of 32 MiB (STREAM_BYTES) and more takes non-temporal stores (NCHW), each row from its first
+# aligned vector on: rows of an odd length, so every row starts at another place in its line. (Its
+# walk goes by the gap on every CPU: ASCEND_GRAD_STREAM_WALK does not apply.) 32 MiB: H = 1021.
+STREAMED_GROUP_NORM = [(T, (1, C, (STREAM_BYTES // (C * 1031 * T.itemsize) + 4) | 1, 1031)) for T, C in ((F32, 8), (BF16, 16))]
 
 
 @pytest.mark.parametrize("T, shape", STREAMED_GROUP_NORM, ids=_group_norm_id)
