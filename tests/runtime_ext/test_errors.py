@@ -8,35 +8,50 @@ import sys
 
 import pytest
 
-# Runs one case: builds the model (symbolic dims, so nothing is rejected before the kernel runs),
-# registers the library, runs it, and reports what was raised.
+# Runs one case: registers the library, runs the case's model (built by the parent: the child
+# imports no onnx, whose import is most of a process's start under emulation, tests/aarch64), and
+# reports what was raised.
 CHILD = r"""
 import json, sys
-import numpy as np, onnx, onnxruntime as ort
-from onnx import helper
+import numpy as np, onnxruntime as ort
 from ascend_grad import runtime_ext
-case = json.loads(sys.argv[1])
-names = [n for n, _, _ in case["inputs"]]
-node = helper.make_node(case["op"], names, case["outputs"], domain="ascend.grad", name="n0", **case["attrs"])
-types = {"float": 1, "float16": 10}
-graph = helper.make_graph(
-    [node], "g",
-    [helper.make_tensor_value_info(n, types[t], [f"{n}_{k}" for k in range(len(s))]) for n, t, s in case["inputs"]],
-    [helper.make_tensor_value_info(o, types[case["inputs"][0][1]], None) for o in case["outputs"]],
-)
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ascend.grad", 1)], ir_version=10)
+case, model = json.loads(sys.argv[1]), open(sys.argv[2], "rb").read()
 dtypes = {"float": np.float32, "float16": np.float16}
 # an empty tensor with huge dims (numpy refuses to describe it) is made by onnxruntime itself
 feeds = {n: ort.OrtValue.ortvalue_from_shape_and_type(list(s), dtypes[t]) if 0 in s else
             ort.OrtValue.ortvalue_from_numpy(np.ones(s, dtype=dtypes[t])) for n, t, s in case["inputs"]}
 try:
-    session = ort.InferenceSession(model.SerializeToString(), runtime_ext.session_options(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model, runtime_ext.session_options(), providers=["CPUExecutionProvider"])
     session.run_with_ort_values(case["outputs"], feeds)
 except Exception as error:
     print("RAISED", type(error).__name__, str(error))
 else:
     print("NO ERROR")
 """
+
+
+def _model(case) -> bytes:
+    """The case's one-node model, with symbolic dims: nothing is rejected before the kernel runs."""
+    from onnx import helper
+
+    names = [n for n, _, _ in case["inputs"]]
+    node = helper.make_node(case["op"], names, case["outputs"], domain="ascend.grad", name="n0", **case["attrs"])
+    types = {"float": 1, "float16": 10}
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info(n, types[t], [f"{n}_{k}" for k in range(len(s))]) for n, t, s in case["inputs"]],
+        [helper.make_tensor_value_info(o, types[case["inputs"][0][1]], None) for o in case["outputs"]],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ascend.grad", 1)], ir_version=10)
+    return model.SerializeToString()
+
+
+def _run_case(case, tmp_path, env=None):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(_model(case))
+    return subprocess.run([sys.executable, "-c", CHILD, json.dumps(case), str(path)], capture_output=True, text=True,
+                          timeout=120, env=env)
+
 
 F, H = "float", "float16"
 
@@ -98,10 +113,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_rejected_input_raises_an_error_naming_the_op(name):
+def test_rejected_input_raises_an_error_naming_the_op(name, tmp_path):
     (op_type, inputs, outputs, attrs), words = CASES[name]
     case = {"op": op_type, "inputs": inputs, "outputs": outputs, "attrs": attrs}
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(case)], capture_output=True, text=True, timeout=120)
+    done = _run_case(case, tmp_path)
     assert done.returncode == 0, f"the process died ({done.returncode}): {done.stderr[-2000:]}"
     assert done.stdout.startswith("RAISED"), done.stdout + done.stderr[-2000:]
     message = done.stdout
@@ -131,11 +146,10 @@ THROWS = {
 
 
 @pytest.mark.parametrize("name", THROWS)
-def test_an_exception_inside_the_library_becomes_a_status(name):
+def test_an_exception_inside_the_library_becomes_a_status(name, tmp_path):
     spec, (op_type, inputs, outputs, attrs), expected = THROWS[name]
     case = {"op": op_type, "inputs": inputs, "outputs": outputs, "attrs": attrs}
-    env = dict(os.environ, ASCEND_GRAD_TEST_THROW=spec)
-    done = subprocess.run([sys.executable, "-c", CHILD, json.dumps(case)], capture_output=True, text=True, timeout=120, env=env)
+    done = _run_case(case, tmp_path, env=dict(os.environ, ASCEND_GRAD_TEST_THROW=spec))
     assert done.returncode == 0, f"the process died ({done.returncode}): {done.stderr[-2000:]}"
     if expected is None:
         assert done.stdout.startswith("NO ERROR"), done.stdout + done.stderr[-2000:]
