@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -20,7 +21,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
 REPO = HERE.parents[2]
-DEFAULT_ROOT = REPO / "build" / "cann_sim"
+# one build per architecture (an aarch64 python under emulation builds its own with CC set to the
+# cross compiler: tests/aarch64)
+DEFAULT_ROOT = REPO / "build" / ("cann_sim" if platform.machine() == "x86_64" else f"cann_sim-{platform.machine()}")
 
 CFLAGS = ["-O2", "-fPIC", "-Wall", "-Wextra", "-std=gnu11", "-fvisibility=hidden"]
 # soname -> (sources, simulated libraries it links against); libascendcl holds the shared state.

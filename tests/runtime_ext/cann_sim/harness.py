@@ -116,10 +116,23 @@ class Cann:
         assert not problems, f"{what}: simulator report not clean: " + "; ".join(problems)
 
 
+def running_in_cann_venv() -> bool:
+    """Whether this python already holds onnxruntime-cann 1.24.4 with numpy 1 (as an Atlas host's
+    environment does, and the emulated aarch64 one of tests/aarch64): it then runs the scripts."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("onnxruntime-cann") == "1.24.4" and metadata.version("numpy").startswith("1.")
+    except metadata.PackageNotFoundError:
+        return False
+
+
 def make(root=None, venvs=None) -> Cann:
-    """Builds the simulator (if its sources changed) and the CANN venv (once)."""
+    """Builds the simulator (if its sources changed) and the CANN venv (once), unless this python is one."""
     from ascend_grad.venvs import venv_python
 
     root = build.build(root)
+    if running_in_cann_venv():
+        return Cann(root, Path(sys.executable))
     python = venv_python(*VENV_SPEC, root=venvs or build.REPO / "build" / "venvs")
     return Cann(root, python)
