@@ -105,13 +105,10 @@ def machine_here() -> str:
 
     from ascend_grad.bench.kernels import _torch
 
-    cpu = None
-    try:
-        cpu = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
-    except OSError:
-        pass
+    from ascend_grad.bench.report import cpu_model
+
     torch = _torch()
-    return (f"{cpu.group(1) if cpu else platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+    return (f"{cpu_model()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, onnxruntime {ort.__version__}, "
             f"torch {torch.__version__ if torch else 'absent'}; {datetime.date.today()}.")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ascend_grad import ops
-from ascend_grad.bench.report import Tee, machine, write_section
+from ascend_grad.bench.report import Tee, cpu_model, kernel_isa, machine, write_section
 from ascend_grad.testing import BFLOAT16, group_norm_feeds, random_array
 from ascend_grad.timing import median_ms, ort_runner
 
@@ -249,7 +249,7 @@ def run(threads=(1, 2), dtypes=("float32", "bfloat16", "float16"), compile_too=T
     import platform
 
     torch = _torch()
-    print(f"# ascend-grad kernel benchmark: {platform.processor() or platform.machine()}, "
+    print(f"# ascend-grad kernel benchmark: {cpu_model()} ({platform.machine()}, {kernel_isa()} kernels), "
           f"{__import__('os').cpu_count()} cores, torch {torch.__version__ if torch else 'absent'}", file=out)
     print("| " + " | ".join(HEADER) + " |", file=out)
     print("|" + "---|" * len(HEADER), file=out, flush=True)

@@ -9,13 +9,29 @@ import re
 from pathlib import Path
 
 
-def cpu_model() -> str:
-    """The CPU's model name (it differs from one machine to the next: Intel Xeon or AMD EPYC)."""
-    try:
-        found = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
-    except OSError:
-        found = None
-    return found.group(1).strip() if found else (platform.processor() or platform.machine())
+# aarch64 Linux names no model in /proc/cpuinfo, only the implementer and part numbers
+ARM_PARTS = {("0x48", "0xd01"): "HiSilicon Kunpeng 920 (TaiShan v110)", ("0x41", "0xd0c"): "Arm Neoverse N1",
+             ("0x41", "0xd40"): "Arm Neoverse V1", ("0x41", "0xd49"): "Arm Neoverse N2", ("0x41", "0xd4f"): "Arm Neoverse V2"}
+
+
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name from /proc/cpuinfo (or `cpuinfo`, its text): it differs from one machine
+    to the next (Intel Xeon or AMD EPYC; on aarch64, e.g. "HiSilicon Kunpeng 920 (TaiShan v110), CPU
+    implementer 0x48 part 0xd01")."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    found = re.search(r"^model name\s*:\s*(.*)$", cpuinfo, re.M)
+    if found:
+        return found.group(1).strip()
+    implementer = re.search(r"^CPU implementer\s*:\s*(\S+)", cpuinfo, re.M)
+    part = re.search(r"^CPU part\s*:\s*(\S+)", cpuinfo, re.M)
+    if implementer and part:
+        ids = (implementer.group(1).lower(), part.group(1).lower())
+        return f"{ARM_PARTS.get(ids, platform.machine())}, CPU implementer {ids[0]} part {ids[1]}"
+    return platform.processor() or platform.machine()
 
 
 def cpu_caches() -> str:

@@ -55,3 +55,15 @@ def test_the_channels_last_competitor_reads_the_nhwc_arrays():
     z = torch.ops.aten.native_group_norm(xt, to_torch(torch, gamma), to_torch(torch, beta), 2, 12, 15, 3, 1e-5)[0]
     want = ops.reference.group_norm_swish(x, gamma, beta, 3, data_format="NHWC", activate_swish=False)[0]
     assert_close(z.permute(0, 2, 3, 1).numpy(), want)
+
+
+def test_the_machine_line_names_an_arm_cpu():
+    """aarch64's /proc/cpuinfo has no model name: the benchmark names the CPU from its implementer
+    and part numbers (here the Kunpeng 920 of an Atlas host, the file the emulated tests use)."""
+    from pathlib import Path
+
+    from ascend_grad.bench.report import cpu_model
+
+    cpuinfo = (Path(__file__).resolve().parents[1] / "aarch64" / "cpuinfo").read_text()
+    assert cpu_model(cpuinfo) == "HiSilicon Kunpeng 920 (TaiShan v110), CPU implementer 0x48 part 0xd01"
+    assert cpu_model("model name\t: AMD EPYC\nflags\t: avx2\n") == "AMD EPYC"
