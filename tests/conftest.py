@@ -92,18 +92,22 @@ def installed_beside(tmp_path_factory):
 
 
 _ORT_TRAINING_CHILD = r"""
-import sys, numpy as np, onnxruntime as ort
-library, original, fused, inputs, out = sys.argv[1:]
+import json, sys, numpy as np, onnxruntime as ort
+library, listing, inputs, out = sys.argv[1:]
 feeds = dict(np.load(inputs))
-results = {}
-for tag, path, register in (("original", original, False), ("fused", fused, True)):
+results, errors = {}, {}
+for tag, path, register in json.load(open(listing)):
     options = ort.SessionOptions()
     if register:
         options.register_custom_ops_library(library)
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    for o, v in zip(session.get_outputs(), session.run(None, feeds)):
-        results[f"{tag}/{o.name}"] = v
+    try:
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        for o, v in zip(session.get_outputs(), session.run(None, feeds)):
+            results[f"{tag}/{o.name}"] = v
+    except Exception as error:  # (a mutant that onnxruntime cannot run, say)
+        errors[tag] = str(error)[:500]
 np.savez(out, **results)
+json.dump(errors, open(out + ".errors.json", "w"))
 """
 
 
@@ -112,7 +116,10 @@ def in_onnxruntime_training(tmp_path):
     """in_onnxruntime_training(original, fused, feeds) -> {"original/<output>": array, "fused/<output>":
     array}: both models (ModelProtos) run in the onnxruntime-training venv every such test shares
     (models.ort_training.SPEC, made once under build/venvs), the fused one with the kernel library:
-    onnxruntime-training's own ops (QuickGeluGrad, TanhGrad, ...) run only there."""
+    onnxruntime-training's own ops (QuickGeluGrad, TanhGrad, ...) run only there.
+    `.many({tag: (model, register the library?)}, feeds)` -> ({"<tag>/<output>": array}, {tag: error})
+    runs any number of models in one child process, each failure reported, not raised."""
+    import json
     import subprocess
 
     import onnx
@@ -121,15 +128,24 @@ def in_onnxruntime_training(tmp_path):
     from ascend_grad.models.ort_training import SPEC
     from ascend_grad.venvs import venv_python
 
-    def run(original, fused, feeds):
-        paths = [tmp_path / "original.onnx", tmp_path / "fused.onnx", tmp_path / "inputs.npz", tmp_path / "out.npz"]
-        onnx.save(original, paths[0])
-        onnx.save(fused, paths[1])
-        np.savez(paths[2], **feeds)
+    def many(models, feeds):
+        listing = []
+        for k, (tag, (model, register)) in enumerate(models.items()):
+            onnx.save(model, tmp_path / f"model{k}.onnx")
+            listing.append((tag, str(tmp_path / f"model{k}.onnx"), register))
+        paths = [tmp_path / "models.json", tmp_path / "inputs.npz", tmp_path / "out.npz"]
+        paths[0].write_text(json.dumps(listing))
+        np.savez(paths[1], **feeds)
         python = venv_python(*SPEC, root=Path(__file__).resolve().parents[1] / "build" / "venvs")
         done = subprocess.run([python, "-c", _ORT_TRAINING_CHILD, runtime_ext.library_path(), *map(str, paths)],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
-        return dict(np.load(paths[3]))
+        return dict(np.load(paths[2])), json.loads(Path(f"{paths[2]}.errors.json").read_text())
 
+    def run(original, fused, feeds):
+        results, errors = many({"original": (original, False), "fused": (fused, True)}, feeds)
+        assert not errors, errors
+        return results
+
+    run.many = many
     return run
