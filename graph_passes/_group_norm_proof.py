@@ -202,7 +202,11 @@ def _coefficients(c2: ir.Value, c3: ir.Value, s: float) -> tuple[ir.Value, ir.Va
 
 def _times_gamma(factors: list[ir.Value], coefficient: float, forward: GroupNormForward, layout: list[int]) -> bool:
     """coefficient * prod(factors) is gamma laid out as `layout` (after leading 1s): one factor that
-    holds gamma's values (a view of the parameter, or a folded copy)."""
+    holds gamma's values (a view of the parameter, or a folded copy), or - where gamma is a
+    constant of one repeated value k, as a fresh GroupNorm's ones folded by an exporter - no
+    factor and the coefficient k (the algebra takes such a constant for the number it holds)."""
+    if not factors:
+        return scalar(forward.gamma) is not None and coefficient == scalar(forward.gamma)
     if len(factors) != 1 or coefficient != 1.0:
         return False
     shape, k = shape_of(strip(factors[0])), len(layout)
