@@ -1,9 +1,10 @@
-"""runtime_ext/cann/acl.h declares the ACL types, numbers and functions the CANN kernels use by
-hand: the library builds without CANN. CANN's own ACL headers ship in the torch-npu wheel
-(torch_npu/include/third_party/acl/inc/acl/); these tests take them from torch-npu 2.14.0
-(downloaded once, only that folder kept under build/, never committed) and compile the declarations
-against them (cann_headers/*.cc), so a signature, enum value or error code that differs from CANN's
-fails here. The check is also shown to fail on a declaration changed on purpose."""
+"""runtime_ext/cann/acl.h and the simulated CANN runtime (cann_sim/src) declare the ACL types,
+numbers and functions they use by hand: neither builds against CANN. CANN's own ACL headers ship in
+the torch-npu wheel (torch_npu/include/third_party/acl/inc/acl/); these tests take them from
+torch-npu 2.14.0 (downloaded once, only that folder kept under build/, never committed) and compile
+both sets of declarations against them (cann_headers/*.cc), so a signature, enum value or error code
+that differs from CANN's fails here. Each check is also shown to fail on a declaration changed on
+purpose."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKS = Path(__file__).with_name("cann_headers")
+SIM_SRC = Path(__file__).with_name("cann_sim") / "src"
 TORCH_NPU = "torch-npu==2.14.0"
 # the wheel for one platform, whatever this machine is: the headers are the same in every one
 WHEEL = ["--only-binary=:all:", "--platform", "manylinux_2_28_x86_64", "--python-version", "3.11"]
@@ -91,8 +93,13 @@ def test_runtime_ext_declarations_are_canns(cann_include, onnxruntime_headers):
     assert done.returncode == 0, f"runtime_ext/cann/acl.h differs from CANN's headers:\n{done.stderr[-4000:]}"
 
 
+def test_simulator_declarations_are_canns(cann_include):
+    done = _compile(CHECKS / "cann_sim_acl.cc", cann_include, SIM_SRC)
+    assert done.returncode == 0, f"the simulated CANN's declarations differ from CANN's headers:\n{done.stderr[-4000:]}"
+
+
 def test_a_drifted_declaration_fails(cann_include, onnxruntime_headers, tmp_path):
-    """The same check on a copy with one value and one signature changed: both are reported."""
+    """The same checks on copies with one value and one signature changed: both are reported."""
     ours = _changed(REPO / "runtime_ext" / "cann" / "acl.h", tmp_path / "ours" / "cann",
                     ("kAclBFloat16 = 27", "kAclBFloat16 = 28"),
                     ("int32_t value, size_t count, aclrtStream stream)", "int32_t value, uint32_t count, aclrtStream stream)"))
@@ -101,3 +108,11 @@ def test_a_drifted_declaration_fails(cann_include, onnxruntime_headers, tmp_path
     assert done.returncode != 0
     assert "kAclBFloat16 is not CANN's ACL_BF16" in done.stderr, done.stderr[-3000:]
     assert "aclrtMemsetAsync: CannApi's pointer type differs from CANN's declaration" in done.stderr, done.stderr[-3000:]
+
+    sim = tmp_path / "sim"
+    _changed(SIM_SRC / "simcann.h", sim, ("X(ACL_ERROR_OP_NOT_FOUND, 100024)", "X(ACL_ERROR_OP_NOT_FOUND, 100025)"))
+    _changed(SIM_SRC / "acl_api.h", sim, ("size_t count, aclrtMemcpyKind kind);", "size_t count, int kind);"))
+    done = _compile(CHECKS / "cann_sim_acl.cc", cann_include, sim)
+    assert done.returncode != 0
+    assert "ACL_ERROR_OP_NOT_FOUND differs from CANN's" in done.stderr, done.stderr[-3000:]
+    assert "conflicting declaration of C function" in done.stderr and "aclrtMemcpy(" in done.stderr, done.stderr[-3000:]
