@@ -34,6 +34,23 @@ def pytest_xdist_auto_num_workers(config):
     return None
 
 
+# The longest files first, longest first: xdist hands whole files to the workers in collection order
+# (--no-loadscope-reorder), so the long ones start at once and short ones fill in around them, instead
+# of one long file running alone at the end. Seconds of setup + call per file, one run on 2 workers
+# of this 2-core machine while others' jobs loaded it (issue 34): 730, 366, 328, 250, 246, 153, 148,
+# 136; the real models' exports and the venvs of test_package then serve the files that come later.
+LONGEST_FIRST = ("models/export/test_real_models.py", "runtime_ext/test_library.py", "test_cli.py",
+                 "runtime_ext/test_sanitizers.py", "test_package.py", "runtime_ext/test_exp.py",
+                 "models/export/test_upsample.py", "graph_passes/test_scale.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    here = Path(__file__).parent
+    items.sort(key=lambda item: rank.get(item.path.relative_to(here).as_posix() if item.path.is_relative_to(here) else "",
+                                         len(rank)))
+
+
 def _shared_folder(tmp_path_factory, name: str) -> Path:
     """A folder of this test run that every xdist worker sees (their base temp folders' parent)."""
     root = tmp_path_factory.getbasetemp()
