@@ -10,7 +10,7 @@ gradient). A swish with another scale (x * sigmoid(b x), b != 1) has no SiluBack
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult
 
 from ascend_grad.graph_passes._rule import ElementwiseGradientRule, FusionRule, dtype_refusal, node_for
 from ascend_grad.graph_passes._shapes import same_dims, shape_of
