@@ -97,7 +97,7 @@ class X86Env:
         _pip_install(self.python, self.env, folder, wheel)
         self.packages_alone = _installed(self.python, self.env, folder)
         self.without_onnxruntime = _run([self.python, "-c", "import ascend_grad"], self.env, folder)
-        _pip_install(self.python, self.env, folder, f"{wheel}[cpu]", "pytest>=8", "hypothesis>=6.100")
+        _pip_install(self.python, self.env, folder, f"{wheel}[cpu]", "pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100")
 
     def run(self, *command, cwd=None, **env):
         return _run(command, dict(self.env, **env), cwd or self.folder)
@@ -227,7 +227,7 @@ def test_aarch64_wheel_under_emulation(wheelhouse, tmp_path):
     if not path.is_file():
         pytest.skip("no emulated aarch64 environment in this checkout (build_support/aarch64_emulation.py)")
     emulation = _load(path, "aarch64_emulation")
-    python, extra_env = emulation.emulated_python([f"{wheelhouse['aarch64']}[cpu]", "pytest>=8", "hypothesis>=6.100"])
+    python, extra_env = emulation.emulated_python([f"{wheelhouse['aarch64']}[cpu]", "pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100"])
     env = dict({k: v for k, v in os.environ.items() if not k.startswith("ASCEND_GRAD_")}, **extra_env, ASCEND_GRAD_VERBOSE="1")
     done = _run([python, "-c", _UNLOAD_AND_EXIT], env, tmp_path)
     assert done.returncode == 0 and done.stdout.strip() == "unloaded", (done.returncode, done.stderr[-2000:])
