@@ -210,7 +210,7 @@ def test_the_marker_check_and_the_runner_catch_what_cannot_run(tmp_path):
     page = tmp_path / "p.md"
     page.write_text(f"# P\n\n{MARKER}\nprose, no block\n\n{MARKER}\n```text\nno runner\n```\n\n"
                     f"{MARKER}\n```python\nraise SystemExit(3)\n```\n\n{MARKER}\n\n```bash\nfalse\necho after\n```\n"
-                    f"{MARKER}\n```\nascend-grad ops | head -1 && ascend-grad no-such-command\n```\n"
+                    f"{MARKER}\n```\nascend-grad ops > ops.txt && ascend-grad no-such-command\n```\n"
                     f"{MARKER}\n```python\nprint('ok')\n```\n```python\nraise SystemExit('not marked')\n```\n")
     assert [p.split(": ", 1)[1] for p in marker_problems([page])] == [
         f"{MARKER} not followed by a fenced block", "a marked text block: no runner"]
