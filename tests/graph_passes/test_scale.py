@@ -31,7 +31,7 @@ def test_100k_nodes_in_linear_time_and_every_block_fused(rng):
     assert report_small.counts["SiluBackward"] == 1_000
     assert (report.nodes_before, report.counts["SiluBackward"], report.nodes_after) == (100_000, 10_000, 50_000)
     # linear: 10x the nodes, about 10x the time (a quadratic pass would take 100x); this guards
-    # the complexity, the absolute time is in the README
+    # the complexity; the absolute time is in docs/graph-pass.md ("Scale") and bench/results.md
     assert t_big < 25 * t_small, f"1k blocks {t_small:.2f}s, 10k blocks {t_big:.2f}s"
     feeds = {"dy": rng.standard_normal(SHAPE, np.float32), "x": rng.standard_normal(SHAPE, np.float32)}
     assert_close(run_kernels(small, feeds)["b999.y"], run_onnxruntime(silu_blocks(1_000), feeds)["b999.y"], "1k blocks")

@@ -18,7 +18,7 @@ Judged with ascend_grad.testing.assert_close (SPEC.md's bound for the output dty
 max |ref|, plus one smallest subnormal; NaN/Inf exactly where the reference has them). A
 reference value beyond the output dtype's range is expected as the +-inf it rounds to.
 
-What no float implementation can meet and these tests therefore do not generate (README, Accuracy):
+What no float implementation can meet and these tests therefore do not generate (docs/ops.md, Accuracy):
 elementwise x within 0.25 of the derivative's zero (ascend_grad.testing.away_from), a GroupNorm
 group of M = 2 elements (dx = O(eps) after cancellation), and tensors whose whole result lives
 below 2^-120 (an elementwise factor, gradient or result that float32 can only hold as a subnormal):
@@ -37,6 +37,7 @@ the kernels and the references. The number of cases run is printed at the end of
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -71,12 +72,23 @@ SETTINGS = dict(deadline=None, derandomize=False, database=None, print_blob=True
 TINY = 2.0**-120  # below this a float32 intermediate is (nearly) subnormal: see the module doc
 
 
+def _planned() -> int:
+    """max_examples x dtype combinations x families: the cases a run plans."""
+    return sum(EXAMPLES[op] * n * len(FAMILIES) for op, n in
+               (("SiluBackward", 3), ("MishBackward", 9), ("GroupNormSwish", 9), ("GroupNormSwishGrad", 9)))
+
+
+def test_the_docs_quote_the_planned_cases():
+    """docs/reliability.md's table gives the number of cases a run plans."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text()
+    assert f"| {_planned()} planned (max_examples x dtype combinations x {len(FAMILIES)} families)" in docs
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _report_cases():
     yield
     total = CASES["run"]
-    planned = sum(EXAMPLES[op] * n * len(FAMILIES) for op, n in
-                  (("SiluBackward", 3), ("MishBackward", 9), ("GroupNormSwish", 9), ("GroupNormSwishGrad", 9)))
+    planned = _planned()
     print(f"\nproperty cases: {total} run ({planned} = max_examples x dtype combinations x families planned); "
           f"{CASES['sums unjudged']} parameter gradients left unjudged (_sum_resolvable)")
 
