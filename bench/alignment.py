@@ -11,7 +11,7 @@ OrtValues onnxruntime allocates and takes the outputs from the session's arena. 
 are numpy's, which lie on 2 MiB pages where Linux grants transparent huge pages (numpy asks for
 them); onnxruntime's allocations lie on 4 KiB pages under the "madvise" setting, so the arena
 column also shows what the pages cost (16M float SiluBackward at page offsets (16, 16, 64): 8.3-9.0
-ms with the output in a numpy array, 10.9-11.5 in the arena; README "Benchmark").
+ms with the output in a numpy array, 10.9-11.5 in the arena; docs/benchmarks.md, "Pages").
 
 The sweep table gives, per case, the median ms at the worst and the best placement (which ones;
 each the median of ROUNDS medians taken in turn over all placements, so drift hits all alike, every

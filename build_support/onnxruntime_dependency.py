@@ -6,7 +6,11 @@ onnxruntime comes as several distributions that all install the same `onnxruntim
 `onnxruntime` would make pip install the CPU build over the flavour a user already has (the files
 of one package overwrite the other's). So: when the environment being installed into already holds
 a distribution that provides `onnxruntime`, depend on that distribution; otherwise on onnxruntime.
-ASCEND_GRAD_ONNXRUNTIME=<distribution> decides it by hand (building a wheel for another machine).
+ASCEND_GRAD_ONNXRUNTIME=<distribution> decides it by hand (building a wheel for another machine);
+ASCEND_GRAD_ONNXRUNTIME=none requires none (the distributable wheels, build_support/wheels: they
+cannot know the machine they will be installed on): the flavour already there stays, the extra
+`ascend-grad[cpu]` brings onnxruntime where there is none, and `import ascend_grad` says which to
+install when there is none.
 """
 
 from __future__ import annotations
@@ -41,4 +45,6 @@ def dynamic_metadata(field: str, settings: dict | None = None) -> list[str]:
     if settings:
         raise RuntimeError(f"onnxruntime_dependency: unknown settings {sorted(settings)}")
     runtime = os.environ.get("ASCEND_GRAD_ONNXRUNTIME") or installed_onnxruntime() or "onnxruntime"
+    if runtime == "none":
+        return base
     return [*base, f"{runtime}>={minimum}"]

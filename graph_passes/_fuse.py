@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass, RemoveUnusedOpsetsPass, ShapeInferencePass, TopologicalSortPass
-from onnxscript.rewriter._rewrite_rule import RewriteRuleSet
+from onnxscript.rewriter import RewriteRuleSet
 
 from ascend_grad import DOMAIN
 from ascend_grad.graph_passes import _context, group_norm_swish, group_norm_swish_grad, mish_backward, silu_backward

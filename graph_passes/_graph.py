@@ -146,12 +146,6 @@ def _scalar(value: ir.Value) -> float | None:
     return None
 
 
-def ints(value: ir.Value | None) -> list[int] | None:
-    """A constant int64 tensor (Reshape targets, axes) as a list."""
-    array = constant_array(value)
-    return None if array is None or array.dtype.kind not in "iu" else [int(v) for v in array.reshape(-1)]
-
-
 def users(value: ir.Value) -> list[ir.Node]:
     """The nodes that read `value` (each once)."""
     seen: list[ir.Node] = []
@@ -191,85 +185,6 @@ def dims(value: ir.Value) -> list[int | str | None] | None:
         else:
             out.append(None)
     return out
-
-
-def same_shape(a: ir.Value, b: ir.Value) -> bool:
-    """Provably the same shape: same rank and every dim known and equal (sizes or names)."""
-    da, db = dims(a), dims(b)
-    return da is not None and db is not None and len(da) == len(db) and all(x is not None and x == y for x, y in zip(da, db))
-
-
-def const_ints(value: ir.Value | None) -> list[int] | None:
-    """An int64 shape or axes computation folded to a list: constants, and Concat, Reshape,
-    Unsqueeze, Squeeze, Cast, Add, Sub, Mul, Range and Shape (of a statically shaped value) over them. Exporters
-    that do not fold constants spell every Reshape target this way."""
-    if value is None:
-        return None
-    direct = ints(value)
-    if direct is not None:
-        return direct
-    node = producer(value)
-    if node is None:
-        return None
-    op = node.op_type
-    if op == "Concat":
-        parts = [const_ints(v) for v in node.inputs]
-        return None if any(p is None for p in parts) else [d for p in parts for d in p]
-    if op in ("Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity"):
-        return const_ints(node.inputs[0])
-    if op in ("Add", "Sub", "Mul") and len(node.inputs) == 2:  # rank arithmetic (dynamo's unfolded axes)
-        a, b = (const_ints(v) for v in node.inputs)
-        if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
-            return None
-        f = {"Add": lambda x, y: x + y, "Sub": lambda x, y: x - y, "Mul": lambda x, y: x * y}[op]
-        n = max(len(a), len(b))
-        return [f(a[k % len(a)], b[k % len(b)]) for k in range(n)]
-    if op == "Range":
-        start, limit, delta = (const_ints(v) for v in node.inputs)
-        if start and limit and delta and delta[0] != 0:
-            return list(range(start[0], limit[0], delta[0]))
-        return None
-    if op == "Shape":
-        shape = dims(node.inputs[0])
-        if shape is None or not all(isinstance(d, int) for d in shape):
-            return None
-        start = node.attributes.get_int("start", 0)
-        end = node.attributes.get_int("end", len(shape))
-        return shape[start:end]
-    return None
-
-
-def shape_tensor_dims(value: ir.Value | None) -> list[int | str | None] | None:
-    """The dims a shape tensor holds, symbolic ones included: constants, Shape slices of a value
-    whose shape is known (sizes or names), and Concat of those (dynamic-batch Reshape targets)."""
-    folded = const_ints(value)
-    if folded is not None:
-        return list(folded)
-    node = producer(value)
-    if node is None:
-        return None
-    if node.op_type == "Concat":
-        parts = [shape_tensor_dims(v) for v in node.inputs]
-        return None if any(p is None for p in parts) else [d for p in parts for d in p]
-    if node.op_type == "Shape":
-        shape = dims(node.inputs[0])
-        if shape is None:
-            return None
-        start = node.attributes.get_int("start", 0)
-        end = node.attributes.get_int("end", len(shape))
-        return shape[start:end]
-    return None
-
-
-def axes_of(node: ir.Node, rank: int | None = None) -> list[int] | None:
-    """The axes of a reduction or (un)squeeze: the second input (opset 13+/18+) or the attribute,
-    normalised to non-negative when the rank is known."""
-    axes = const_ints(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
-    if axes is None and "axes" in node.attributes:
-        axes = list(node.attributes["axes"].value)
-    if axes is None or rank is None:
-        return axes
-    return sorted(a + rank if a < 0 else a for a in axes)
 
 
 def remove_dead_nodes(graph: ir.Graph) -> int:

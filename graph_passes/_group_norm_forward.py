@@ -19,7 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from ascend_grad.graph_passes._graph import axes_of, close, constant_array, dims, producer, scalar, shape_tensor_dims, strip
+from ascend_grad.graph_passes._graph import close, constant_array, producer, scalar, strip
+from ascend_grad.graph_passes._shapes import axes_of, count_dim, divided, same_dims, shape_of, shown
 
 
 class Refuse(Exception):
@@ -50,29 +51,38 @@ def expect(node: ir.Node | None, what: str) -> ir.Node:
     return node
 
 
-def reshape_dims(node: ir.Node) -> list[int | str | None] | None:
-    """What a Reshape produces: its constant target (0 copies the input's dim, -1 unknown), else
-    the shape recorded on its output."""
-    target = shape_tensor_dims(node.inputs[1])
-    if target is not None:
-        source = dims(node.inputs[0]) or []
-        allowzero = node.attributes.get_int("allowzero", 0)
-        out: list[int | str | None] = []
-        for k, d in enumerate(target):
-            if d == 0 and not allowzero:
-                out.append(source[k] if k < len(source) else None)
-            else:
-                out.append(None if d == -1 else d)
-        return out
-    return dims(node.outputs[0])
-
-
-def reshape_of(value: ir.Value, rank: int) -> tuple[ir.Value, list] :
+def reshape_of(value: ir.Value, rank: int) -> tuple[ir.Value, list]:
+    """(input, the dims it is reshaped to) of the Reshape computing `value`, derived from the
+    Reshape's input and target (_shapes), never from the output's recorded shape."""
     node = expect(producer(strip(value), "Reshape"), "a Reshape is missing")
-    shape = reshape_dims(node)
+    shape = shape_of(node.outputs[0])
     if shape is None or len(shape) != rank:
-        raise Refuse(f"a Reshape to rank {rank} has an unknown target")
+        raise Refuse(f"a Reshape to rank {rank} has a target that is not provably of that rank ({shown(shape)})")
     return strip(node.inputs[0]), shape
+
+
+def grouping(x_dims: list, G: int) -> list | None:
+    """(N, G, C/G * HxW): x (N, C, *spatial) regrouped by num_groups G, or None when C is not a
+    known multiple of G."""
+    if x_dims is None or len(x_dims) < 2 or not isinstance(x_dims[1], int) or G <= 0 or x_dims[1] % G:
+        return None
+    return [x_dims[0], G, divided(count_dim(x_dims[1:]), G)]
+
+
+def check_grouping(groups_shape: list, x: ir.Value, G: int, what: str) -> None:
+    """`groups_shape` is exactly x regrouped by G, (N, G, C/G * HxW); else Refuse with both shapes."""
+    x_dims = shape_of(x)
+    expected = grouping(x_dims, G)
+    if expected is None:
+        raise Refuse(f"{what}: x's C is not a known multiple of num_groups {G} (x is {shown(x_dims)})")
+    if not same_dims(groups_shape, expected):
+        raise Refuse(f"{what} regroups x {shown(x_dims)} as {shown(groups_shape)}, not (N, G, C/G * HxW) = {shown(expected)}")
+
+
+def check_same_shape(shape: list | None, x: ir.Value, what: str) -> None:
+    """`shape` is provably x's shape; else Refuse with both."""
+    if not same_dims(shape, shape_of(x)):
+        raise Refuse(f"{what} is {shown(shape)}, not x's shape {shown(shape_of(x))}")
 
 
 def unsqueezed(value: ir.Value, count: int) -> ir.Value:
@@ -82,7 +92,7 @@ def unsqueezed(value: ir.Value, count: int) -> ir.Value:
     while added < count:
         node = expect(producer(value, "Unsqueeze"), "an Unsqueeze is missing")
         axes = axes_of(node)
-        base_rank = len(dims(node.inputs[0]) or []) if dims(node.inputs[0]) is not None else None
+        base_rank = len(shape_of(node.inputs[0])) if shape_of(node.inputs[0]) is not None else None
         trailing = axes is not None and (all(a < 0 for a in axes) or base_rank is not None)
         if not trailing:
             raise Refuse("an Unsqueeze's axes are not constant")
@@ -139,20 +149,20 @@ def per_channel(value: ir.Value, rank: int, C: int | None, what: str) -> ir.Valu
     is one (the parameter itself), else `value` (a constant in that shape)."""
     try:  # the parameter under trailing Unsqueezes, as torch writes it
         base = unsqueezed(value, rank - 2)
-        if len(dims(base) or []) == 1 and C is not None and dims(base)[0] == C:
+        if C is not None and shape_of(base) == [C]:
             return base
     except Refuse:
         pass
-    shape = dims(strip(value))
+    shape = shape_of(strip(value))
     if shape is None or len(shape) > rank or not all(isinstance(d, int) for d in shape):
         raise Refuse(f"{what} has no static shape")
     padded = [1] * (rank - len(shape)) + shape
     if padded[0] != 1 or any(d != 1 for d in padded[2:]) or C is None or padded[1] != C:
         raise Refuse(f"{what} of shape {shape} is not one value per channel of x (C = {C})")
     base = strip(value)
-    while len(dims(base) or []) != 1 and (node := producer(base)) is not None and node.op_type in _VIEWS:
+    while len(shape_of(base) or []) != 1 and (node := producer(base)) is not None and node.op_type in _VIEWS:
         base = strip(node.inputs[0])
-    return base if len(dims(base) or []) == 1 else strip(value)
+    return base if shape_of(base) == [C] else strip(value)
 
 
 def as_channels(op, value: ir.Value, forward: GroupNormForward, dtype: ir.DataType | None) -> ir.Value:
@@ -161,8 +171,8 @@ def as_channels(op, value: ir.Value, forward: GroupNormForward, dtype: ir.DataTy
     another shape, one value per group repeated per channel), else (not a constant) nodes that
     reshape it."""
     per_group = forward.per_group
-    if per_group or len(dims(value) or []) != 1:
-        G, C = forward.num_groups, dims(forward.x)[1]
+    if per_group or len(shape_of(value) or []) != 1:
+        G, C = forward.num_groups, shape_of(forward.x)[1]
         array = constant_array(value)
         if array is not None:
             array = np.repeat(array.reshape(-1), C // G) if per_group else array.reshape(-1)
@@ -219,18 +229,14 @@ def recognise(z: ir.Value) -> GroupNormForward:
                 continue
             grouped, eps, spelling = found
             x, groups_shape = reshape_of(grouped, 3)
-            G, x_dims = groups_shape[1], dims(x)
-            back_dims = reshape_dims(back) if back is not None else dims(strip(normalized))
+            G, x_dims = groups_shape[1], shape_of(x)
             if not isinstance(G, int) or G <= 0:
-                raise Refuse("the group count of the forward reshape is not constant")
-            if back is None and (x_dims is None or len(x_dims) != 3 or x_dims[1] != G):
-                raise Refuse("the normalised groups are not reshaped back to x's shape")
-            if x_dims is None or len(x_dims) < 2 or back_dims is None or len(back_dims) != len(x_dims) or any(
-                    a is not None and b is not None and a != b for a, b in zip(back_dims, x_dims)):
-                raise Refuse("the normalised groups are not reshaped back to x's shape")
-            C = x_dims[1] if isinstance(x_dims[1], int) else None
-            if C is not None and C % G:
-                raise Refuse(f"num_groups {G} does not divide C = {C}")
+                raise Refuse(f"the forward's group count {shown(groups_shape[1:2])} is not a constant")
+            check_grouping(groups_shape, x, G, "the forward's Reshape")
+            # the normalised groups back in x's layout (G == C with x (N, C, L): no Reshape back)
+            check_same_shape(shape_of(back.outputs[0] if back is not None else strip(normalized)), x,
+                             "the normalised groups reshaped back")
+            C = x_dims[1]
             gamma = per_channel(weight, len(x_dims), C, "gamma")
             beta = per_channel(shifted, len(x_dims), C, "beta")
             return GroupNormForward(x, gamma, beta, G, eps, z=value, spelling=spelling, grouped=grouped)
@@ -241,7 +247,7 @@ def _group_normalization(node: ir.Node, z: ir.Value) -> GroupNormForward:
     version = node.version or (node.graph.opset_imports.get("", 0) if node.graph is not None else 0)
     G = node.attributes.get_int("num_groups", 0)
     x, scale, bias = strip(node.inputs[0]), strip(node.inputs[1]), strip(node.inputs[2])
-    x_dims = dims(x)
+    x_dims = shape_of(x)
     C = x_dims[1] if x_dims is not None and len(x_dims) >= 2 and isinstance(x_dims[1], int) else None
     if node.attributes.get_int("stash_type", 1) != 1:
         raise Refuse(f"GroupNormalization computes in type {node.attributes.get_int('stash_type', 1)}, not float")
@@ -250,8 +256,8 @@ def _group_normalization(node: ir.Node, z: ir.Value) -> GroupNormForward:
     per_group = version < 21  # opset 18 scales each group, 21 each channel
     expected = G if per_group else C
     for name, value in (("scale", scale), ("bias", bias)):
-        if dims(value) != [expected]:
-            raise Refuse(f"GroupNormalization-{version}'s {name} has shape {dims(value)}, not ({expected},)")
+        if shape_of(value) != [expected]:
+            raise Refuse(f"GroupNormalization-{version}'s {name} has shape {shown(shape_of(value))}, not ({expected},)")
     eps = node.attributes.get_float("epsilon", 1e-5)
     return GroupNormForward(x, scale, bias, G, eps, z=z, spelling=f"GroupNormalization-{version}",
                             per_group=per_group and G != C)
@@ -267,7 +273,7 @@ def _normalized_groups(core: ir.Value) -> tuple[ir.Value, float, str] | None:
     if node.op_type in ("InstanceNormalization", "LayerNormalization"):
         groups = strip(node.inputs[0])
         if node.op_type == "LayerNormalization":
-            if core is not node.outputs[0] or len(dims(groups) or []) != 3 or node.attributes.get_int("axis", -1) not in (2, -1):
+            if core is not node.outputs[0] or len(shape_of(groups) or []) != 3 or node.attributes.get_int("axis", -1) not in (2, -1):
                 return None
             bias = node.inputs[2] if len(node.inputs) > 2 else None
         else:
@@ -292,7 +298,7 @@ def _normalized_groups(core: ir.Value) -> tuple[ir.Value, float, str] | None:
                 _check_variance(var, mean_groups)
         except Refuse:
             continue
-        if same_groups(mean_groups, groups) and len(dims(groups) or []) == 3:
+        if same_groups(mean_groups, groups) and len(shape_of(groups) or []) == 3:
             return groups, float(scalar(eps_value)), "statistics"
     return None
 
@@ -329,20 +335,13 @@ def same_groups(a: ir.Value, b: ir.Value) -> bool:
         return True
     ra, rb = producer(a, "Reshape"), producer(b, "Reshape")
     return (ra is not None and rb is not None and strip(ra.inputs[0]) is strip(rb.inputs[0])
-            and reshape_dims(ra) == reshape_dims(rb) and None not in (reshape_dims(ra) or [None])[1:])
+            and same_dims(shape_of(a), shape_of(b)))
 
 
 def _row_length(groups: ir.Value) -> int | None:
-    """M of a (N, G, M) regrouping of x, from its shape or from x's."""
-    shape = dims(groups)
-    if shape is not None and len(shape) == 3 and isinstance(shape[2], int):
-        return shape[2]
-    node = producer(groups, "Reshape")
-    x_dims = dims(node.inputs[0]) if node is not None else None
-    target = reshape_dims(node) if node is not None else None
-    if x_dims and target and len(target) == 3 and isinstance(target[1], int) and all(isinstance(d, int) for d in x_dims[1:]):
-        return int(np.prod(x_dims[1:])) // target[1]
-    return None
+    """M of a (N, G, M) regrouping of x, when it is a known size."""
+    shape = shape_of(groups)
+    return shape[2] if shape is not None and len(shape) == 3 and isinstance(shape[2], int) else None
 
 
 def _plus_eps(value: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -401,7 +400,8 @@ def check_statistics(mean: ir.Value, rstd: ir.Value, forward: GroupNormForward) 
         raise Refuse("mean and rstd are not the GroupNorm's LayerNormalization statistics")
     groups, eps = statistics(mean, rstd)
     x, shape = reshape_of(groups, 3)
-    if x is not forward.x or shape[1] != forward.num_groups:
+    if x is not forward.x:
         raise Refuse("a statistic is not taken over x grouped by num_groups")
+    check_grouping(shape, x, forward.num_groups, "the statistics' Reshape")
     if scalar(eps) != _rounded(forward.eps, eps):
         raise Refuse(f"rstd's eps is not the forward's ({forward.eps})")

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import onnx_ir as ir
 
 from ascend_grad.graph_passes._algebra import Algebra, Poly, TooBig
-from ascend_grad.graph_passes._graph import axes_of, close, dims, producer, scalar, strip, users, users_through_casts
+from ascend_grad.graph_passes._graph import close, producer, scalar, strip, users, users_through_casts
 from ascend_grad.graph_passes._group_norm_forward import (
-    GroupNormForward, Refuse, check_statistics, expect, per_channel, recognise, reduced, reshape_dims, reshape_of, same_groups,
-    same_parameter, unsqueezed,
+    GroupNormForward, Refuse, check_grouping, check_same_shape, check_statistics, expect, per_channel, recognise, reduced,
+    reshape_of, same_groups, same_parameter, unsqueezed,
 )
+from ascend_grad.graph_passes._shapes import axes_of, count_dim, same_dims, shape_of, shown
 from ascend_grad.graph_passes._swish import Activation, match_swish_backward, quick_gelu_grad
 
 
@@ -61,10 +61,14 @@ def prove(g: ir.Value, swish: Activation) -> GroupNormBackward:
     """The GroupNorm + swish backward whose swish part computes g (raises Refuse)."""
     forward = recognise(swish.x)
     x, G = forward.x, forward.num_groups
-    x_dims = dims(x)
+    x_dims = shape_of(x)
     if x_dims is None or len(x_dims) < 3:
         raise Refuse("x's rank is unknown or below 3")
     rank = len(x_dims)
+    N, C, HxW = x_dims[0], x_dims[1], count_dim(x_dims[2:])
+    if not isinstance(HxW, int):
+        raise Refuse(f"x's spatial size {shown(x_dims[2:])} is not static (torch's backward divides by it as a constant)")
+    cpg = C // G  # (recognise proved C a multiple of G)
 
     # g's three uses: g * x (for ds), g grouped by channel (for db), g grouped by (group, channel)
     ds = db = g4 = None
@@ -73,48 +77,41 @@ def prove(g: ir.Value, swish: Activation) -> GroupNormBackward:
         if node.op_type == "Mul" and any(strip(v) is x for v in node.inputs):
             for user in users(node.outputs[0]):
                 if user.op_type == "Reshape":
-                    ds = _channel_sum(user, "g * x")
+                    ds = _channel_sum(user, [N, C, HxW])
                 elif rank == 3 and _sums_hw(user):
                     ds = user.outputs[0]
         elif rank == 3 and _sums_hw(node):
             db = node.outputs[0]
         elif node.op_type == "Reshape":
-            shape = reshape_dims(node)
+            shape = shape_of(node.outputs[0])
             if shape is not None and len(shape) == 3:
-                db = _channel_sum(node, "g")
+                db = _channel_sum(node, [N, C, HxW])
             elif shape is not None and len(shape) == 4:
                 g4, g4_shape = node.outputs[0], shape
     if ds is None or db is None or g4 is None:
-        raise Refuse("g is not read as torch's native_group_norm_backward reads it")
-    if g4_shape[1] != G or not isinstance(g4_shape[2], int) or not isinstance(g4_shape[3], int):
-        raise Refuse(f"dx's grouping {g4_shape} does not match num_groups {G}")
-    cpg, HxW = g4_shape[2], g4_shape[3]
-    if isinstance(x_dims[1], int) and x_dims[1] != G * cpg:
-        raise Refuse(f"C ({x_dims[1]}) is not num_groups * C/G ({G} * {cpg})")
-    if all(isinstance(d, int) for d in x_dims[2:]) and int(np.prod(x_dims[2:])) != HxW:
-        raise Refuse("HxW does not match x's spatial size")
+        raise Refuse("g is not read as torch's native_group_norm_backward reads it (sums per (n, c) over "
+                     f"(N, C, HxW) = {shown([N, C, HxW])}, and g grouped)")
+    if not same_dims(g4_shape, [N, G, cpg, HxW]):
+        raise Refuse(f"dx's grouping of g {shown(g4_shape)} is not (N, G, C/G, HxW) = {shown([N, G, cpg, HxW])} (num_groups {G})")
 
     dx_pre, dx = _dx_root(g4)
-    dx_shape = reshape_dims(dx.producer())
-    if dx_shape is None or len(dx_shape) != rank or any(a is not None and b is not None and a != b for a, b in zip(dx_shape, x_dims)):
-        raise Refuse("dx is not reshaped back to x's shape")
+    check_same_shape(shape_of(dx), x, "dx reshaped back")
     terms = _dx_terms(dx_pre, g4, forward, g4_shape)
     c1, c2, c3 = (unsqueezed(terms[0], 1), unsqueezed(terms[1], 2), unsqueezed(terms[2], 2))
     mean, rstd, db_val, ds_val = _coefficients(c2, c3, 1.0 / (HxW * cpg))
     _check_c1(c1, rstd, forward, G, cpg)
-    _check_group_sum(db_val, db, forward, G, cpg)
-    _check_group_sum(ds_val, ds, forward, G, cpg)
+    _check_group_sum(db_val, db, forward, [N, G, cpg])
+    _check_group_sum(ds_val, ds, forward, [N, G, cpg])
     check_statistics(mean, rstd, forward)
-    dgamma = _dgamma(ds, db, mean, rstd, G, cpg)
+    dgamma = _dgamma(ds, db, mean, rstd, [N, G, cpg])
     dbeta = next((u.outputs[0] for u in users(db) if u.op_type == "ReduceSum" and axes_of(u, 2) == [0]
-                  and u.attributes.get_int("keepdims", 1) == 0), None)
+                  and u.attributes.get_int("keepdims", 1) == 0 and shape_of(u.outputs[0]) == [C]), None)
     return GroupNormBackward(swish.dy, mean, rstd, x, forward.gamma, forward.beta, G, swish.scale, dx, dgamma, dbeta, forward)
 
 
-def _channel_sum(reshape: ir.Node, what: str) -> ir.Value | None:
-    """ReduceSum over the last axis of Reshape(., (N, C, HxW))."""
-    shape = reshape_dims(reshape)
-    if shape is None or len(shape) != 3:
+def _channel_sum(reshape: ir.Node, channels: list) -> ir.Value | None:
+    """ReduceSum over the last axis of Reshape(., (N, C, HxW)) (`channels`, x's dims grouped so)."""
+    if not same_dims(shape_of(reshape.outputs[0]), channels):
         return None
     for user in users(reshape.outputs[0]):
         if _sums_hw(user):
@@ -165,8 +162,8 @@ def _dx_terms(dx_pre: ir.Value, g4: ir.Value, forward: GroupNormForward, g4_shap
             first, second = (algebra.atoms[i][1] for i in atoms)
             for x4, coefficient in ((first, second), (second, first)):
                 if producer(strip(x4), "Reshape") is not None and reshape_of(x4, 4)[0] is forward.x:
-                    if reshape_of(x4, 4)[1] != g4_shape:
-                        raise Refuse("x and g are grouped differently")
+                    if not same_dims(reshape_of(x4, 4)[1], g4_shape):
+                        raise Refuse(f"x and g are grouped differently: {shown(reshape_of(x4, 4)[1])} and {shown(g4_shape)}")
                     c2 = coefficient
         elif len(atoms) == 1:
             c3 = algebra.atoms[atoms[0]][1]
@@ -203,42 +200,60 @@ def _coefficients(c2: ir.Value, c3: ir.Value, s: float) -> tuple[ir.Value, ir.Va
     raise Refuse("c3 is not -c2 * mean - db_val * rstd / (C/G * HxW)")
 
 
+def _times_gamma(factors: list[ir.Value], coefficient: float, forward: GroupNormForward, layout: list[int]) -> bool:
+    """coefficient * prod(factors) is gamma laid out as `layout` (after leading 1s): one factor that
+    holds gamma's values (a view of the parameter, or a folded copy), or - where gamma is a
+    constant of one repeated value k, as a fresh GroupNorm's ones folded by an exporter - no
+    factor and the coefficient k (the algebra takes such a constant for the number it holds)."""
+    if not factors:
+        return scalar(forward.gamma) is not None and coefficient == scalar(forward.gamma)
+    if len(factors) != 1 or coefficient != 1.0:
+        return False
+    shape, k = shape_of(strip(factors[0])), len(layout)
+    return (shape is not None and len(shape) >= k and shape[len(shape) - k:] == layout and all(d == 1 for d in shape[:len(shape) - k])
+            and same_parameter(factors[0], forward.gamma))
+
+
 def _check_c1(c1: ir.Value, rstd: ir.Value, forward: GroupNormForward, G: int, cpg: int) -> None:
     """c1 = Unsqueeze(rstd, -1) * gamma grouped (1, G, C/G) (a Reshape of gamma or a folded copy)."""
     algebra, poly = _poly(c1)
-    if len(poly) != 1 or list(poly.values()) != [1.0] or len(next(iter(poly))) != 2:
+    if len(poly) != 1:
         raise Refuse("c1 is not rstd * gamma")
-    first, second = (algebra.atoms[i][1] for i, _ in next(iter(poly)))
-    for per_group, grouped in ((first, second), (second, first)):
-        if producer(strip(per_group), "Unsqueeze") is not None:
-            if unsqueezed(per_group, 1) is not rstd:
-                raise Refuse("c1 does not use rstd")
-            reshape = producer(strip(grouped), "Reshape")
-            shape = dims(strip(grouped)) or (reshape_dims(reshape) if reshape is not None else None) or [None]
-            if shape[-2:] != [G, cpg] or not same_parameter(grouped, forward.gamma):
+    ((monomial, coefficient),) = poly.items()
+    values = [algebra.atoms[i][1] for i, power in monomial if power == 1]
+    if len(values) != len(monomial):
+        raise Refuse("c1 is not rstd * gamma")
+    for per_group in values:
+        if producer(strip(per_group), "Unsqueeze") is not None and unsqueezed(per_group, 1) is rstd:
+            others = [v for v in values if v is not per_group]
+            if not _times_gamma(others, coefficient, forward, [G, cpg]):
                 raise Refuse("c1 does not use gamma grouped by num_groups")
             return
     raise Refuse("c1 is not rstd * gamma")
 
 
-def _check_group_sum(value: ir.Value, per_channel: ir.Value, forward: GroupNormForward, G: int, cpg: int) -> None:
-    """value = sum over each group's channels of per_channel * Unsqueeze(gamma, 0)."""
+def _check_group_sum(value: ir.Value, per_channel: ir.Value, forward: GroupNormForward, channels: list) -> None:
+    """value = sum over each group's channels of per_channel * Unsqueeze(gamma, 0); `channels`:
+    per_channel's (N, C) grouped, (N, G, C/G)."""
     product, shape = reshape_of(reduced(value, "ReduceSum", [2], 0, 3), 3)
-    if shape[1:] != [G, cpg]:
-        raise Refuse("a per-group sum is not grouped by num_groups")
+    if not same_dims(shape, channels):
+        raise Refuse(f"a per-group sum is grouped as {shown(shape)}, not (N, G, C/G) = {shown(channels)}")
     algebra, poly = _poly(product, stop=[per_channel])
     target = algebra.atom("value", strip(per_channel))
-    if len(poly) != 1 or list(poly.values()) != [1.0]:
+    if len(poly) != 1:
         raise Refuse("a per-group sum is not of ds * gamma or db * gamma")
-    others = [algebra.atoms[i][1] for i, _ in next(iter(poly)) if i != target]
-    if len(others) != 1 or (dims(strip(others[0])) or [None])[-1:] != [G * cpg] or not same_parameter(others[0], forward.gamma):
+    ((monomial, coefficient),) = poly.items()
+    if (target, 1) not in monomial:
+        raise Refuse("a per-group sum is not of ds * gamma or db * gamma")
+    others = [algebra.atoms[i][1] for i, power in monomial if i != target for _ in range(power)]
+    if not _times_gamma(others, coefficient, forward, [channels[1] * channels[2]]):
         raise Refuse("a per-group sum is not weighted by gamma")
 
 
-def _dgamma(ds, db, mean, rstd, G, cpg) -> ir.Value | None:
-    """dgamma = Reshape(sum_n((ds - db * mean) * rstd), (C,)), ds and db grouped (N, G, C/G)."""
+def _dgamma(ds, db, mean, rstd, channels: list) -> ir.Value | None:
+    """dgamma = Reshape(sum_n((ds - db * mean) * rstd), (C,)), ds and db grouped (N, G, C/G) (`channels`)."""
     for reshape in users(ds):
-        if reshape.op_type != "Reshape" or (reshape_dims(reshape) or [None])[1:] != [G, cpg]:
+        if reshape.op_type != "Reshape" or not same_dims(shape_of(reshape.outputs[0]), channels):
             continue
         for sub in users(reshape.outputs[0]):
             for mul in users(sub.outputs[0]):
@@ -248,9 +263,12 @@ def _dgamma(ds, db, mean, rstd, G, cpg) -> ir.Value | None:
                     ds3 = reshape.outputs[0]
                     algebra, poly = _poly(mul.outputs[0], stop=[ds3])
                     if _is_dgamma_sum(algebra, poly, ds3, db, mean, rstd):
-                        result = total.outputs[0]
+                        result = total.outputs[0]  # (G, C/G)
                         flat = [u for u in users(result) if u.op_type == "Reshape"]
-                        return flat[0].outputs[0] if len(flat) == 1 and len(users(result)) == 1 else result
+                        C = channels[1] * channels[2]
+                        if len(flat) == 1 and len(users(result)) == 1 and shape_of(flat[0].outputs[0]) == [C]:
+                            return flat[0].outputs[0]
+                        return None  # not provably (C,): the decomposed dgamma stays
     return None
 
 
@@ -298,7 +316,7 @@ def prove_layer_norm_grad(grad: ir.Node) -> tuple[GroupNormBackward, Activation]
     mean and inv_std_var are the forward LayerNormalization's own outputs (N, G, 1)."""
     axis = grad.attributes.get_int("axis", -1)
     dy_grouped, xr, scale, mean, rstd = (grad.inputs[k] if k < len(grad.inputs) else None for k in range(5))
-    if None in (dy_grouped, xr, scale, mean, rstd) or len(dims(xr) or []) != 3 or axis not in (2, -1):
+    if None in (dy_grouped, xr, scale, mean, rstd) or len(shape_of(xr) or []) != 3 or axis not in (2, -1):
         raise Refuse("LayerNormalizationGrad does not normalise rows of a (N, G, M) tensor")
     if scalar(scale) != 1.0:
         raise Refuse("LayerNormalizationGrad has a scale of its own")
@@ -307,7 +325,7 @@ def prove_layer_norm_grad(grad: ir.Node) -> tuple[GroupNormBackward, Activation]
         raise Refuse("mean and inv_std_var are not the forward LayerNormalization's")
     if strip(norm.inputs[0]) is not strip(xr) or norm.attributes.get_float("epsilon", 1e-5) != grad.attributes.get_float("epsilon", 1e-5):
         raise Refuse("the forward LayerNormalization normalises another tensor or with another eps")
-    weighted, _ = reshape_of(dy_grouped, 3)
+    weighted, rows = reshape_of(dy_grouped, 3)
     product = expect(producer(weighted, "Mul"), "the rows' gradient is not g * gamma")
     for g, weight in ((product.inputs[0], product.inputs[1]), (product.inputs[1], product.inputs[0])):
         g = strip(g)
@@ -317,17 +335,15 @@ def prove_layer_norm_grad(grad: ir.Node) -> tuple[GroupNormBackward, Activation]
         forward = recognise(swish.x)
         if forward.spelling != "LayerNormalization" or not same_groups(forward.grouped, strip(xr)):
             raise Refuse("the swish's input is not this LayerNormalization's GroupNorm")
-        x_dims = dims(forward.x)
-        C = x_dims[1] if isinstance(x_dims[1], int) else None
-        if not same_parameter(per_channel(weight, len(x_dims), C, "gamma"), forward.gamma):
+        x_dims = shape_of(forward.x)
+        check_grouping(rows, forward.x, forward.num_groups, "the rows' gradient Reshape")
+        if not same_parameter(per_channel(weight, len(x_dims), x_dims[1], "gamma"), forward.gamma):
             raise Refuse("the rows' gradient is not g * gamma")
         dx_users = [u for u in users(grad.outputs[0]) if u.op_type == "Reshape"]
         if len(dx_users) != 1 or len(users(grad.outputs[0])) != 1 or grad.outputs[0].is_graph_output():
             raise Refuse("dx is not reshaped back to x's shape")
         dx = dx_users[0].outputs[0]
-        shape = reshape_dims(dx_users[0])
-        if shape is None or len(shape) != len(x_dims) or any(a is not None and b is not None and a != b for a, b in zip(shape, x_dims)):
-            raise Refuse("dx is not reshaped back to x's shape")
+        check_same_shape(shape_of(dx), forward.x, "dx reshaped back")
         dgamma = _channel_total(g, forward, normalized=True)
         dbeta = _channel_total(g, forward, normalized=False)
         return GroupNormBackward(swish.dy, mean, rstd, forward.x, forward.gamma, forward.beta, forward.num_groups,
@@ -338,7 +354,8 @@ def prove_layer_norm_grad(grad: ir.Node) -> tuple[GroupNormBackward, Activation]
 def _channel_total(g: ir.Value, forward: GroupNormForward, normalized: bool) -> ir.Value | None:
     """sum over N and the spatial axes of g * xhat (normalized) or of g, as onnxruntime writes it:
     ReduceSum over every axis but 1 (kept or not), then views down to the (C,) gradient."""
-    rank = len(dims(forward.x))
+    x_dims = shape_of(forward.x)
+    rank = len(x_dims)
     candidates = []
     for node in users_through_casts(g):
         if normalized and node.op_type == "Mul":
@@ -353,7 +370,7 @@ def _channel_total(g: ir.Value, forward: GroupNormForward, normalized: bool) -> 
                 out = total.outputs[0]
                 while len(users(out)) == 1 and users(out)[0].op_type in ("Reshape", "Squeeze", "Identity") and not out.is_graph_output():
                     out = users(out)[0].outputs[0]
-                if dims(out) == [dims(forward.x)[1]]:
+                if shape_of(out) == [x_dims[1]]:
                     return out
     return None
 

@@ -9,8 +9,7 @@ pass then drops what became dead, so an intermediate that something else still r
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult, pattern
 
 from ascend_grad import DOMAIN
 from ascend_grad.graph_passes._context import current

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult
 
 from ascend_grad import DOMAIN
 from ascend_grad.graph_passes._algebra import sigmoid_argument

@@ -10,7 +10,7 @@ z * sigmoid(b z)). The proof is in _group_norm_proof; anything it refuses stays 
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult
 
 from ascend_grad.graph_passes._algebra import Algebra, TooBig
 from ascend_grad.graph_passes._graph import is_live, producer, strip

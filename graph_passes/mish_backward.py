@@ -10,17 +10,11 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from ascend_grad.graph_passes._graph import dims
 from ascend_grad.graph_passes._rule import ElementwiseGradientRule
+from ascend_grad.graph_passes._shapes import broadcast, same_dims, shape_of
 from ascend_grad.graph_passes._swish import ANCHORS, match_mish_backward
 
 OP_TYPE = "MishBackward"
-
-
-def _broadcast(a, b):
-    rank = max(len(a), len(b))
-    a, b = [1] * (rank - len(a)) + a, [1] * (rank - len(b)) + b
-    return [y if x == 1 else x for x, y in zip(a, b)] if all(x == y or 1 in (x, y) for x, y in zip(a, b)) else None
 
 
 class MishBackwardRule(ElementwiseGradientRule):
@@ -30,8 +24,7 @@ class MishBackwardRule(ElementwiseGradientRule):
         return match_mish_backward(root)
 
     def refusal(self, found, root: ir.Value) -> str | None:
-        dy, x, out = dims(found.dy), dims(found.x), dims(root)
-        if None in (dy, x, out) or None in dy + x + out or _broadcast(dy, x) != out:
+        if not same_dims(broadcast(shape_of(found.dy), shape_of(found.x)), shape_of(root)):
             return "the gradient's shape is not provably dy and x broadcast"
         return None
 

@@ -10,10 +10,10 @@ gradient). A swish with another scale (x * sigmoid(b x), b != 1) has no SiluBack
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnxscript.rewriter._basics import MatchResult
+from onnxscript.rewriter import MatchResult
 
-from ascend_grad.graph_passes._graph import same_shape
 from ascend_grad.graph_passes._rule import ElementwiseGradientRule, FusionRule, dtype_refusal, node_for
+from ascend_grad.graph_passes._shapes import same_dims, shape_of
 from ascend_grad.graph_passes._swish import ANCHORS, SIGMOID_OPS, match_swish_backward
 
 OP_TYPE = "SiluBackward"
@@ -30,7 +30,8 @@ class SwishBackwardAsSilu(ElementwiseGradientRule):
     def refusal(self, found, root: ir.Value) -> str | None:
         if found.scale != 1.0:
             return f"a swish with scale {found.scale:g} has no SiluBackward form (aclnn's SiLU has none)"
-        if not (same_shape(found.dy, found.x) and same_shape(root, found.x)):
+        x = shape_of(found.x)
+        if not (same_dims(shape_of(found.dy), x) and same_dims(shape_of(root), x)):
             return "dy, x and the gradient do not provably share one shape"
         return None
 

@@ -102,12 +102,12 @@ def export_joint(
     module: nn.Module, example_inputs: tuple, optimize: bool = True, dynamic_batch: bool = False, loss_fn=None, *,
     opset_version: int | None = None, params_as_inputs: bool = False,
 ) -> onnx.ModelProto:
-    from torch.export.experimental import _export_forward_backward
+    from ascend_grad.models.export.torch_internals import export_forward_backward
 
     wrapped = WithLoss(module, loss_fn)
     batch = torch.export.Dim("batch", min=2)
     dynamic = {"inputs": tuple({0: batch} for _ in example_inputs)} if dynamic_batch else None
-    joint = _export_forward_backward(torch.export.export(wrapped, tuple(example_inputs), dynamic_shapes=dynamic))
+    joint = export_forward_backward(torch.export.export(wrapped, tuple(example_inputs), dynamic_shapes=dynamic))
     # torch.onnx exports only an ExportedProgram's user outputs: export the joint graph module
     # itself, whose outputs are the loss and the gradients, with the parameters as arguments
     params = dict(wrapped.named_parameters())

@@ -32,12 +32,15 @@ def library_path() -> str:
 
 
 # The CPU flags (as /proc/cpuinfo names them) each instruction-set table of the library needs: what
-# runtime_ext/cpu/dispatch.cc checks before it picks one, widest first.
+# runtime_ext/cpu/x86_features.cc (x86) and dispatch.cc (aarch64) check before dispatch.cc picks one,
+# widest first. (The kernel saw the OS's register state: it lists no AVX flag where XCR0 leaves the
+# registers unsaved.)
+_AVX2 = ["avx", "avx2", "fma", "f16c"]
 ISA_FEATURES = {
-    "avx512bf16": ["avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"],
-    "avx512": ["avx512f", "avx512bw", "avx512dq", "avx512vl"],
-    "avx2": ["avx2", "fma", "f16c"],
-    "neon": ["fp", "asimd"],  # (aarch64's Features line)
+    "avx512bf16": [*_AVX2, "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"],
+    "avx512": [*_AVX2, "avx512f", "avx512bw", "avx512dq", "avx512vl"],
+    "avx2": _AVX2,
+    "neon": ["fp", "asimd"],  # (aarch64's Features line: dispatch.cc asks getauxval for the same)
     "generic": [],
 }
 

@@ -1,8 +1,17 @@
 """Fixtures every test folder shares: fresh random inputs with a seed that failures print, and the
-simulated CANN runtime with the onnxruntime-cann venv that runs against it."""
+simulated CANN runtime with the onnxruntime-cann venv that runs against it.
 
+The suite runs on pytest-xdist workers (pyproject's addopts: -n auto, one test file per worker at a
+time). A session fixture runs once per worker: what is expensive to make (the real models' exports,
+the venvs beside this one) is made once per run by whichever worker asks first, in a folder the
+workers share, while the others wait for it (`_made_once`)."""
+
+import contextlib
+import fcntl
 import importlib.util
 import os
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +21,63 @@ import pytest
 # L2 holds 2 MiB: every machine tests them wherever they fit (ASCEND_GRAD_SLAB_RUNS= (empty) for the
 # CPU's own rule; the library reads it when first registered).
 os.environ.setdefault("ASCEND_GRAD_SLAB_RUNS", "on")
+
+
+def pytest_xdist_auto_num_workers(config):
+    """-n auto: no workers to start for a run of test files or test ids (a developer's run of one
+    file), nor for a pytest that a test starts; else xdist's own count (the CPUs, or
+    PYTEST_XDIST_AUTO_NUM_WORKERS)."""
+    if os.environ.get("PYTEST_CURRENT_TEST"):  # (set while a test runs: a pytest it starts inherits it)
+        return 0
+    if config.args and all("::" in arg or arg.endswith(".py") for arg in config.args):
+        return 0
+    return None
+
+
+# The longest files first, longest first: xdist hands whole files to the workers in collection order
+# (--no-loadscope-reorder), so the long ones start at once and short ones fill in around them, instead
+# of one long file running alone at the end. Seconds of setup + call per file, one run on 2 workers
+# of this 2-core machine while others' jobs loaded it (issue 34): 730, 366, 328, 250, 246, 153, 148,
+# 136; the real models' exports and the venvs of test_package then serve the files that come later.
+LONGEST_FIRST = ("models/export/test_real_models.py", "runtime_ext/test_library.py", "test_cli.py",
+                 "runtime_ext/test_sanitizers.py", "test_package.py", "runtime_ext/test_exp.py",
+                 "models/export/test_upsample.py", "graph_passes/test_scale.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    here = Path(__file__).parent
+    items.sort(key=lambda item: rank.get(item.path.relative_to(here).as_posix() if item.path.is_relative_to(here) else "",
+                                         len(rank)))
+
+
+def _shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder of this test run that every xdist worker sees (their base temp folders' parent)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    return root / name
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """One process at a time (an fcntl lock on the file `path`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _made_once(folder: Path, make) -> Path:
+    """`folder`, filled by make(folder) in one process of the run: the first to ask makes it (from
+    empty, under a lock), the others wait for it and find it ready; a failed make leaves it unready."""
+    with _locked(folder.parent / f"{folder.name}.lock"):
+        if not (folder / "ready").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            (folder / "ready").touch()
+    return folder
 
 
 @pytest.fixture
@@ -44,12 +110,15 @@ def cann():
 
 
 @pytest.fixture(scope="session")
-def real_model():
+def real_model(tmp_path_factory):
     """real_model(name) -> (module, example inputs, training graph): each model of
-    models.modules.REAL_MODELS built (seed 0) and exported (batch 2) once per session, for every
-    test folder that needs it (an export of the UNet takes a minute on these machines)."""
+    models.modules.REAL_MODELS built (seed 0) by every worker that needs it, and exported (batch 2)
+    once per run, for every test folder that needs it (an export of the UNet takes a minute on these
+    machines): the other workers load the graph the first one saved."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("diffusers")
+    import onnx
+
     from ascend_grad.models import export_training_graph
     from ascend_grad.models.modules import REAL_MODELS
 
@@ -61,7 +130,9 @@ def real_model():
             torch.manual_seed(0)
             module = factory()
             inputs = make_inputs(2)
-            cache[name] = (module, inputs, export_training_graph(module, inputs))
+            folder = _made_once(_shared_folder(tmp_path_factory, f"real-model-{name}"),
+                                lambda folder: onnx.save(export_training_graph(module, inputs), folder / "graph.onnx"))
+            cache[name] = (module, inputs, onnx.load(folder / "graph.onnx"))
         return cache[name]
 
     return get
@@ -71,39 +142,42 @@ def real_model():
 def installed_beside(tmp_path_factory):
     """installed_beside(distribution) -> python of a fresh venv holding that onnxruntime distribution
     (with numpy 1, which the CANN and training wheels need) and this repository pip-installed beside
-    it, as a user would; made once per session per distribution."""
+    it, as a user would; made once per run per distribution (the workers share it)."""
     import subprocess
     import venv
 
-    made = {}
+    def make(folder, distribution):
+        venv.create(folder / "env", with_pip=True)
+        pip = [folder / "env" / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        subprocess.run([*pip, distribution, "numpy<2"], check=True)
+        # one build at a time: pip builds the repository in its one build folder (build/<wheel tag>)
+        with _locked(_shared_folder(tmp_path_factory, "beside-build.lock")):
+            subprocess.run([*pip, str(Path(__file__).resolve().parents[1]), "numpy<2"], check=True)
 
     def get(distribution):
-        if distribution not in made:
-            folder = tmp_path_factory.mktemp("beside")
-            venv.create(folder / "env", with_pip=True)
-            python = folder / "env" / "bin" / "python"
-            pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-            subprocess.run([*pip, distribution, "numpy<2"], check=True)
-            subprocess.run([*pip, str(Path(__file__).resolve().parents[1]), "numpy<2"], check=True)
-            made[distribution] = python
-        return made[distribution]
+        folder = _shared_folder(tmp_path_factory, "beside-" + re.sub(r"[^A-Za-z0-9.]+", "-", distribution))
+        return _made_once(folder, lambda folder: make(folder, distribution)) / "env" / "bin" / "python"
 
     return get
 
 
 _ORT_TRAINING_CHILD = r"""
-import sys, numpy as np, onnxruntime as ort
-library, original, fused, inputs, out = sys.argv[1:]
+import json, sys, numpy as np, onnxruntime as ort
+library, listing, inputs, out = sys.argv[1:]
 feeds = dict(np.load(inputs))
-results = {}
-for tag, path, register in (("original", original, False), ("fused", fused, True)):
+results, errors = {}, {}
+for tag, path, register in json.load(open(listing)):
     options = ort.SessionOptions()
     if register:
         options.register_custom_ops_library(library)
-    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-    for o, v in zip(session.get_outputs(), session.run(None, feeds)):
-        results[f"{tag}/{o.name}"] = v
+    try:
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        for o, v in zip(session.get_outputs(), session.run(None, feeds)):
+            results[f"{tag}/{o.name}"] = v
+    except Exception as error:  # (a mutant that onnxruntime cannot run, say)
+        errors[tag] = str(error)[:500]
 np.savez(out, **results)
+json.dump(errors, open(out + ".errors.json", "w"))
 """
 
 
@@ -112,7 +186,10 @@ def in_onnxruntime_training(tmp_path):
     """in_onnxruntime_training(original, fused, feeds) -> {"original/<output>": array, "fused/<output>":
     array}: both models (ModelProtos) run in the onnxruntime-training venv every such test shares
     (models.ort_training.SPEC, made once under build/venvs), the fused one with the kernel library:
-    onnxruntime-training's own ops (QuickGeluGrad, TanhGrad, ...) run only there."""
+    onnxruntime-training's own ops (QuickGeluGrad, TanhGrad, ...) run only there.
+    `.many({tag: (model, register the library?)}, feeds)` -> ({"<tag>/<output>": array}, {tag: error})
+    runs any number of models in one child process, each failure reported, not raised."""
+    import json
     import subprocess
 
     import onnx
@@ -121,15 +198,24 @@ def in_onnxruntime_training(tmp_path):
     from ascend_grad.models.ort_training import SPEC
     from ascend_grad.venvs import venv_python
 
-    def run(original, fused, feeds):
-        paths = [tmp_path / "original.onnx", tmp_path / "fused.onnx", tmp_path / "inputs.npz", tmp_path / "out.npz"]
-        onnx.save(original, paths[0])
-        onnx.save(fused, paths[1])
-        np.savez(paths[2], **feeds)
+    def many(models, feeds):
+        listing = []
+        for k, (tag, (model, register)) in enumerate(models.items()):
+            onnx.save(model, tmp_path / f"model{k}.onnx")
+            listing.append((tag, str(tmp_path / f"model{k}.onnx"), register))
+        paths = [tmp_path / "models.json", tmp_path / "inputs.npz", tmp_path / "out.npz"]
+        paths[0].write_text(json.dumps(listing))
+        np.savez(paths[1], **feeds)
         python = venv_python(*SPEC, root=Path(__file__).resolve().parents[1] / "build" / "venvs")
         done = subprocess.run([python, "-c", _ORT_TRAINING_CHILD, runtime_ext.library_path(), *map(str, paths)],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
-        return dict(np.load(paths[3]))
+        return dict(np.load(paths[2])), json.loads(Path(f"{paths[2]}.errors.json").read_text())
 
+    def run(original, fused, feeds):
+        results, errors = many({"original": (original, False), "fused": (fused, True)}, feeds)
+        assert not errors, errors
+        return results
+
+    run.many = many
     return run

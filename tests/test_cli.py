@@ -342,6 +342,24 @@ def test_fuse_for_ascend_writes_the_model_and_its_plan(tmp_path):
     assert [n.op_type for n in model.graph.node].count("GroupNormSwishGrad") == 1
 
 
+@pytest.mark.parametrize("dtypes", [("float16", "float32"), ("bfloat16", "float16")])
+def test_fuse_for_ascend_keeps_a_mixed_dtype_mish_backward(tmp_path, rng, dtypes):
+    """A MishBackward whose inputs differ in dtype is one aclnnMishBackward call (the seed's dtype
+    deduction): OUT holds it as IN does, no Cast added, and the plan puts it on the NPU."""
+    from ascend_grad.testing import FLOAT_DTYPES, cast_wrapped, random_array
+
+    go, x = (random_array(rng, (2, 5), FLOAT_DTYPES[t]) for t in dtypes)
+    model, _ = cast_wrapped("MishBackward", {"gradOutput": go, "self": x}, ["gradInput"])
+    onnx.save(model, tmp_path / "in.onnx")
+    done = ascend_grad("fuse", tmp_path / "in.onnx", "-o", tmp_path / "out.onnx", "--target", "ascend")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads((tmp_path / "out.onnx.ascend.json").read_text())
+    (mish,) = [p for p in plan["placement"] if p["op_type"] == "MishBackward"]
+    assert mish["device"] == "npu" and ", ".join(t.replace("32", "") for t in dtypes) in mish["reason"], mish
+    assert not [r for r in plan["rewrites"] if r["node"] == mish["node"]], plan["rewrites"]
+    assert [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node] == [n.op_type for n in model.graph.node]
+
+
 def test_fuse_for_ascend_refuses_what_onnxruntime_cann_cannot_load(tmp_path):
     """onnxruntime-training graphs hold training ops (com.microsoft) that no inference build has."""
     out = tmp_path / "fused.onnx"

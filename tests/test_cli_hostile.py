@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 from ascend_grad import cli
 from ascend_grad.models import graph_path
 
-SEED = 20261202  # the byte flips; fixed so the corpus (and its size, quoted in the README) never changes
+SEED = 20261202  # the byte flips; fixed so the corpus (and its size, quoted in docs/reliability.md) never changes
 BASES = ["silu_mlp.aot.opt", "mish_mlp.export.dyn", "silu_mlp.ort_training", "gn_scaled_swish.export.opt"]
 CUTS = [1, 2, 7, 64, 0.25, 0.5, 0.75, -1]  # byte counts, fractions of the file, and one byte short
 FLIPS = 14  # byte-flipped copies of each base
@@ -434,8 +434,15 @@ def test_the_corpus(corpus, command, capfd, tmp_path):
         outcomes["ok" if status == 0 else "refused"] += 1
     print(f"hostile corpus: {len(corpus)} files (seed {SEED}), {command}: {outcomes['ok']} ran, "
           f"{outcomes['refused']} refused with one line")
-    assert len(corpus) == CORPUS_SIZE == 129  # quoted in the README
+    assert len(corpus) == CORPUS_SIZE == 129  # quoted in docs/reliability.md (test_the_docs_quote_the_corpus)
     assert not problems, "\n".join(problems)
+
+
+def test_the_docs_quote_the_corpus():
+    """docs/reliability.md's table gives the corpus's size and the runs it makes (one per command)."""
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "reliability.md").read_text()
+    assert f"the command line on {CORPUS_SIZE} files" in docs
+    assert f"| {CORPUS_SIZE * len(COMMANDS)} runs |" in docs
 
 
 # ---- the findings, one by one

@@ -6,7 +6,7 @@
 One module per concern: kernel_table (onnxruntime-cann 1.24.4's kernels, as data), placement (where
 onnxruntime will run each node, and the Memcpy nodes it adds), normalize and host_float16 (what
 onnxruntime does to a graph at load, done in OUT), one module per rewrite (group_norm_swish_grad,
-group_norm_swish, mish_backward, broadcast, copies), export (the steps in order, the plan).
+group_norm_swish, broadcast, copies), export (the steps in order, the plan).
 """
 
 from ascend_grad.graph_passes.ascend.export import PROVIDER_OPTIONS, SESSION_OPTIONS, export_for_ascend

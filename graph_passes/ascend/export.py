@@ -3,9 +3,10 @@
 Steps, in order (each module says what it does and why it is exact):
 1. normalize: what onnxruntime does at load (Constant nodes -> initializers, function ops without a
    kernel -> their bodies, unique node names), and its float16 fallback (host_float16);
-2. our ops: GroupNormSwishGrad (aclnn's 4000 limit, one dtype, NCHW), GroupNormSwish, MishBackward;
-   padded AveragePool and Conv padded unevenly (1.24.4 hands them to CANN wrongly); then step 1 again for what they brought in
-   (a function body holds Constants and CastLikes);
+2. our ops: GroupNormSwishGrad (aclnn's 4000 limit, one dtype, NCHW), GroupNormSwish (gamma/beta in
+   x's dtype or float); MishBackward needs nothing (every dtype pair is one aclnn call); padded
+   AveragePool and Conv padded unevenly (1.24.4 hands them to CANN wrongly); then step 1 again for
+   what they brought in (a function body holds Constants and CastLikes);
 3. copies: exact respellings that keep chains on the NPU, where they remove Memcpy nodes;
 4. broadcast: no binary op on the NPU with both inputs broadcast (the 1.24.4 bug);
 5. the plan: placement, copies before (after step 1) and after, the rewrites, and the options the
@@ -33,7 +34,6 @@ from ascend_grad.graph_passes.ascend import (
     group_norm_swish,
     group_norm_swish_grad,
     host_float16,
-    mish_backward,
     normalize,
 )
 from ascend_grad.graph_passes.ascend._ir import Log, Names, infer_shapes
@@ -93,7 +93,6 @@ def export_in_place(ir_model: ir.Model) -> tuple[ir.Model, dict]:
 
     group_norm_swish_grad.rewrite(ir_model, names, log)
     group_norm_swish.rewrite(ir_model, names, log)
-    mish_backward.rewrite(ir_model, names, log)
     average_pool.rewrite(ir_model, names, log)
     conv_pads.rewrite(ir_model, names, log)
     _normalize(ir_model, names, log)

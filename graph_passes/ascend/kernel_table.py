@@ -132,14 +132,15 @@ HOST_INPUTS: dict[tuple[str, int], tuple[int, ...]] = {
     ("Dropout", 12): (1, 2), ("Dropout", 13): (1, 2),  # ratio, training_mode
 }
 
-# The kernels our library registers for "CANNExecutionProvider" (runtime_ext/cann/): a node of
-# ours whose dtypes are not listed runs on its CPU kernel. The aclnn ops take one dtype per call
-# (GroupNormSwishGrad: all nine tensors; MishBackward: both inputs); GroupNormSwish's statistics
-# may be float under any x.
+# The kernels our library registers for "CANNExecutionProvider" (runtime_ext/cann/register.cc), the
+# dtype combinations each op's seed allows: a node of ours whose dtypes are not listed runs on its
+# CPU kernel. SiluBackward and GroupNormSwishGrad (all nine tensors) take one dtype per call;
+# MishBackward any (gradOutput, self) pair (aclnn deduces the compute dtype, float for any mix);
+# GroupNormSwish gamma/beta in x's dtype or float.
 OP_DTYPES = ("float", "float16", "bfloat16")
 LIBRARY_KERNELS: dict[str, tuple[tuple[str, ...], ...]] = {  # op -> accepted input dtypes, in input order
     "SiluBackward": tuple((t, t) for t in OP_DTYPES),
-    "MishBackward": tuple((t, t) for t in OP_DTYPES),
+    "MishBackward": tuple((a, b) for a in OP_DTYPES for b in OP_DTYPES),
     "GroupNormSwishGrad": tuple((t,) * 6 for t in OP_DTYPES),
     "GroupNormSwish": tuple((t, u, u) for t in OP_DTYPES for u in OP_DTYPES if u in (t, "float")),
 }

@@ -122,7 +122,8 @@ def _place_ours(node: ir.Node) -> tuple[str, str, tuple[int, ...]]:
     if actual in accepted:
         return NPU, f"kernel library: CANN kernel (aclnn{node.op_type}) for {', '.join(dict.fromkeys(actual))}", ()
     listed = ", ".join(f"{v.name} {t}" for v, t in zip(node.inputs, actual) if v is not None)
-    return HOST, f"the library's CANN kernels take one dtype per node ({listed}): its CPU kernel runs", ()
+    return HOST, (f"the library's CANN kernels for {node.op_type} do not take {listed} (aclnn{node.op_type}'s "
+                  "dtype rule): its CPU kernel runs"), ()
 
 
 def place_node(node: ir.Node, opset: int) -> Placement:

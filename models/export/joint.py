@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_structure
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, OutputKind, OutputSpec, TensorArgument
 
-from ascend_grad.models.export import upsample
+from ascend_grad.models.export import torch_internals, upsample
 from ascend_grad.models.export.interface import WithLoss
 from ascend_grad.models.export.substitute import substitute
 
@@ -127,15 +127,8 @@ def _unused_parameters(program: ExportedProgram) -> set[str]:
 
 
 def _joint(program: ExportedProgram, table: dict) -> ExportedProgram:
-    from torch.export.exported_program import _decompose_exported_program
-    from torch.export.experimental import _copy_graph_module_and_signature, _remove_detach_pass
-
     with math_attention():
-        joint = _decompose_exported_program(program, cia_to_decomp={}, python_decomp_table=table, joint_loss_index=0,
-                                            decompose_custom_triton_ops=False)
-    graph_module, signature = _copy_graph_module_and_signature(joint)
-    _remove_detach_pass(graph_module, signature)
-    return joint._update(graph_module, signature)
+        return torch_internals.joint_trace(program, table)
 
 
 def _user_outputs(joint: ExportedProgram, wrapped: WithLoss, unused: set[str]) -> tuple[list[str], list[str]]:

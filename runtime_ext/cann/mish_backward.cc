@@ -1,13 +1,15 @@
-// MishBackward on the NPU: aclnnMishBackward(gradOutput, self) -> gradInput, broadcasting. Registered
-// for one dtype only: a mixed pair runs on the CPU kernel, or `fuse --target ascend` casts it to
-// float (the promoted type: the same numbers).
+// MishBackward on the NPU: aclnnMishBackward(gradOutput, self) -> gradInput, broadcasting. The seed
+// lets gradOutput and self differ in dtype (aclnn deduces the compute type, float for any mix), so
+// every pair is one call, each tensor in its own dtype and gradInput in the promoted one.
 #include "cann/acl.h"
 #include "cann/ops.h"
 
 namespace ascend_grad {
 
 OrtStatus* CannMishBackwardKernel::Init(const OrtKernelInfo*, const DType* types) {
-  type_ = types[0];
+  dy_type_ = types[0];
+  x_type_ = types[1];
+  dx_type_ = types[2];
   return nullptr;
 }
 
@@ -21,9 +23,9 @@ OrtStatus* CannMishBackwardKernel::Compute(OrtKernelContext* context) {
   Device device;
   ASCEND_GRAD_RETURN_IF_ERROR(device.Open(context, kName, x));
   aclTensor *t_dy, *t_x, *t_dx;
-  ASCEND_GRAD_RETURN_IF_ERROR(device.Tensor(dy, type_, dy.shape, &t_dy));
-  ASCEND_GRAD_RETURN_IF_ERROR(device.Tensor(x, type_, x.shape, &t_x));
-  ASCEND_GRAD_RETURN_IF_ERROR(device.Tensor(dx, type_, out_shape, &t_dx));
+  ASCEND_GRAD_RETURN_IF_ERROR(device.Tensor(dy, dy_type_, dy.shape, &t_dy));
+  ASCEND_GRAD_RETURN_IF_ERROR(device.Tensor(x, x_type_, x.shape, &t_x));
+  ASCEND_GRAD_RETURN_IF_ERROR(device.Tensor(dx, dx_type_, out_shape, &t_dx));
   const CannApi& api = device.api();
   return device.Run(
       "aclnnMishBackward",

@@ -1,7 +1,7 @@
 // The four ops of the set as kernels of onnxruntime's CANN execution provider: the shared checks
 // (common/ops.h), then ONE aclnn call of the seeds over the EP's device buffers. Each op's Compute
-// lives in its own file (silu_backward.cc, ...). Registered only for the dtype combinations aclnn
-// accepts (cann/register.cc); onnxruntime places any other node on the CPU kernel.
+// lives in its own file (silu_backward.cc, ...). Registered only for the dtype combinations the
+// seeds allow (cann/register.cc); onnxruntime places any other node on the CPU kernel.
 #pragma once
 
 #include "common/dtype.h"
@@ -28,7 +28,8 @@ struct CannMishBackwardKernel {
   static constexpr size_t kInputs = 2, kOutputs = 1, kRequiredOutputs = 1;
   OrtStatus* Init(const OrtKernelInfo* info, const DType* types);
   OrtStatus* Compute(OrtKernelContext* context);
-  DType type_ = DType::kFloat;  // gradOutput, self and gradInput: one dtype
+  // each input in its own dtype, gradInput in their promoted one (aclnn deduces it the same way)
+  DType dy_type_ = DType::kFloat, x_type_ = DType::kFloat, dx_type_ = DType::kFloat;
 };
 
 struct CannGroupNormSwishGradKernel {

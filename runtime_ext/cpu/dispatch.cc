@@ -9,6 +9,7 @@
 #endif
 
 #include "cpu/kernels.h"
+#include "cpu/x86_features.h"
 
 namespace ascend_grad {
 
@@ -56,19 +57,11 @@ bool Built(const char* isa) {
 
 bool CpuHas(const char* isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-  __builtin_cpu_init();
   if (!Built(isa)) return false;
-  if (std::strcmp(isa, "avx512") == 0) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-  }
-  if (std::strcmp(isa, "avx512bf16") == 0) {  // (not CpuHas("avx512"): that table may be left out)
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-  }
-  if (std::strcmp(isa, "avx2") == 0) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  }
+  const X86Features cpu = DetectX86Features();
+  if (std::strcmp(isa, "avx512bf16") == 0) return cpu.avx512bf16;
+  if (std::strcmp(isa, "avx512") == 0) return cpu.avx512;
+  if (std::strcmp(isa, "avx2") == 0) return cpu.avx2;
 #endif
 #if defined(__aarch64__)
   // Advanced SIMD and the float16 conversions: part of every ARMv8-A CPU, but the kernel says so
@@ -85,8 +78,7 @@ bool CpuHas(const char* isa) {
 // (elementwise_kernel.h).
 bool IsIntel() {
 #if defined(__x86_64__) || defined(_M_X64)
-  __builtin_cpu_init();
-  return __builtin_cpu_is("intel");
+  return DetectX86Features().intel;
 #else
   return false;
 #endif

@@ -5,6 +5,18 @@ those of Huawei CANN's aclnn operators of the same names.
 """
 
 from importlib import metadata as _metadata
+from importlib import util as _util
+
+# The distributed wheels require no onnxruntime (build_support/wheels), so that the flavour a user
+# already has (onnxruntime-cann, -training, -gpu) is never replaced: say here what to install when
+# there is none, before anything fails deeper down.
+if _util.find_spec("onnxruntime") is None:
+    raise ImportError(
+        "ascend-grad needs onnxruntime, and none is installed: install the flavour you run (onnxruntime, "
+        "onnxruntime-gpu, onnxruntime-cann, onnxruntime-training, ...), or pip install 'ascend-grad[cpu]' for "
+        "the CPU onnxruntime",
+        name="onnxruntime",
+    )
 
 # The op set's identity: the C++ kernel library carries the same two values (a test checks it).
 DOMAIN = "ascend.grad"

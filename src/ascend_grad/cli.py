@@ -228,6 +228,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         import torch
     except ImportError:
         raise InputError('export needs PyTorch: pip install "ascend-grad[torch]"') from None
+    from ascend_grad.models.export.torch_internals import UnsupportedTorch, check_torch
+
+    try:
+        check_torch()  # before the module is built: another torch fails here, in one line
+    except UnsupportedTorch as error:
+        raise InputError(str(error)) from None
     from ascend_grad.models.export.training_graph import BATCH_RANGE, export_training_graph
     from ascend_grad.models.export.unsupported import UnsupportedOpsError
     from ascend_grad.progress import Progress

@@ -47,14 +47,25 @@ SYSROOT_PACKAGES = ["python3.11-minimal", "libpython3.11-minimal", "libpython3.1
                     "libsqlite3-0", "libuuid1", "libcrypt1", "libncursesw6", "libtinfo6", "libreadline8", "libdb5.3"]
 # what pip may install into the sysroot's python (glibc 2.36)
 PLATFORMS = ["linux_aarch64", "manylinux2014_aarch64"] + [f"manylinux_2_{minor}_aarch64" for minor in range(17, 37)]
-TOOLS = ["pytest>=8", "hypothesis>=6.100"]
+TOOLS = ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100"]  # (pyproject's addopts name xdist's options)
 # the two environments: (name, packages); numpy 1 for onnxruntime-cann, which its metadata does not say
 VENVS = {
     "onnxruntime": ["onnxruntime==1.32.0", "numpy"],
     "onnxruntime-cann": ["onnxruntime-cann==1.24.4", "numpy<2"],
 }
-# the package's own requirements (pyproject.toml's base list) besides onnxruntime and numpy
-BASE = ["onnx>=1.18", "onnxscript>=0.5", "onnx-ir>=0.1.10"]
+
+def _base_requirements() -> list[str]:
+    """The package's own requirements (pyproject.toml's base list) but numpy, which each venv pins."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # (Python 3.10: pip's own copy of it)
+        from pip._vendor import tomli as tomllib
+
+    base = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["scikit-build"]["metadata"]["dependencies"]["base"]
+    return [r for r in base if not r.startswith("numpy")]
+
+
+BASE = _base_requirements()
 # what the wheel is made of (a change rebuilds it)
 WHEEL_SOURCES = ["pyproject.toml", "runtime_ext", "src", "ops", "graph_passes", "models", "bench", "build_support"]
 
@@ -153,8 +164,10 @@ def sysroot() -> Path:
 
 def environment(env: dict | None = None) -> dict:
     """os.environ for a process under emulation: the sysroot's loader and libraries, no x86 leftovers
-    (a virtual environment's variables, the instruction set or threads asked of this side's tests)."""
-    out = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "ASCEND_GRAD_ISA")}
+    (a virtual environment's variables, the instruction set asked of this side's tests, the xdist
+    worker's identity)."""
+    out = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "ASCEND_GRAD_ISA") and not k.startswith("PYTEST_XDIST_")}
     out["QEMU_LD_PREFIX"] = str(SYSROOT)
     out.update(env or {})
     return out
@@ -207,12 +220,13 @@ def venv(name: str) -> Path:
     python = folder / "bin" / "python"
     site = folder / "lib" / "python3.11" / "site-packages"
     ready = folder / "ready"
-    if not ready.exists():
+    wanted = " ".join([*VENVS[name], *BASE, *TOOLS])
+    if not ready.exists() or ready.read_text() != wanted:  # (made anew when the list changes)
         shutil.rmtree(folder, ignore_errors=True)
         _run([SYSROOT / "usr" / "bin" / "python3.11", "-m", "venv", "--without-pip", folder],
              "python3.11 -m venv under emulation", env=environment())
         _pip_target(site, *VENVS[name], *BASE, *TOOLS, what=f"pip install (aarch64) {' '.join(VENVS[name])}")
-        ready.touch()
+        ready.write_text(wanted)
     built = wheel()
     installed = folder / "wheel"
     if not installed.exists() or installed.read_text() != built.name + (built.parent / "stamp").read_text():

@@ -95,7 +95,7 @@ def results(request):
         if (folder / f"{name}.id").exists() and (folder / f"{name}.id").read_text() == run_id:
             continue  # (done by another worker of this run)
         log = open(folder / f"{name}.log", "w")
-        command = [pythons[venv], "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *args]
+        command = [pythons[venv], "-m", "pytest", "-q", "-s", "-n", "0", "-p", "no:cacheprovider", *args]  # (one process)
         environment = emulation.environment({"ASCEND_GRAD_VERBOSE": "1", "ASCEND_GRAD_TEST_FRACTION": FRACTION,
                                              "ASCEND_GRAD_STREAM_BYTES": STREAM_BYTES, "ASCEND_GRAD_EXP_STEP": EXP_STEP, **env})
         started[name] = (subprocess.Popen([str(c) for c in command], cwd=REPO, env=environment, stdout=log,

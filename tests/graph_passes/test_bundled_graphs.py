@@ -3,6 +3,7 @@ the decomposed backward gone, a valid graph, the same outputs as before (with th
 the function bodies), PyTorch autograd's numbers, and nothing more to do on a second run."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,20 @@ def fused():
 
 def test_every_graph_file_is_in_the_manifest():
     assert {p.stem for p in GRAPHS.glob("*.onnx")} == set(MANIFEST)
+
+
+def test_the_docs_table_is_what_the_pass_does(fused):
+    """docs/graph-pass.md's table of the bundled graphs: every graph, its node counts before and
+    after the pass, and the ops it fuses."""
+    docs = (REPO / "docs" / "graph-pass.md").read_text()
+    rows = {m[1]: (int(m[2]), int(m[3]), m[4].strip()) for m in
+            re.finditer(r"^\| `([\w.]+)` \| (\d+) -> (\d+) \| ([^|]+) \|$", docs, re.M)}
+    assert set(rows) == set(MANIFEST)
+    for name, (before, after, ops) in rows.items():
+        _, report = fused(name)
+        named = ", ".join(op for op in ("GroupNormSwishGrad", "GroupNormSwish", "MishBackward", "SiluBackward")
+                          if report.counts.get(op)) or "nothing"
+        assert (before, after, ops) == (report.nodes_before, report.nodes_after, named), name
 
 
 @pytest.mark.parametrize("name", sorted(MANIFEST))

@@ -219,18 +219,80 @@ def _fold_parameter_views(model):
     return model, folded
 
 
-@pytest.mark.parametrize("name", ["resblock.export.opt", "gn_scaled_swish.export.opt"])
-def test_parameters_folded_into_copies_of_other_shapes(name):
+def _with_parameters(model, gamma, beta):
+    """model with norm.weight and norm.bias holding `gamma` and `beta` everywhere (None: as trained)."""
+    for tensor in model.graph.initializer:
+        value = {"norm.weight": gamma, "norm.bias": beta}.get(tensor.name)
+        if value is not None:
+            tensor.CopyFrom(numpy_helper.from_array(np.full(tuple(tensor.dims), value, np.float32), tensor.name))
+    return model
+
+
+# a fresh GroupNorm (gamma ones, beta zeros: the algebra reads a constant of one repeated value as
+# that number, so c1 = rstd * ones is rstd * 1) and one of another repeated value
+PARAMETERS = {"as trained": (None, None), "fresh": (1.0, 0.0), "repeated": (2.0, -0.5)}
+
+
+@pytest.mark.parametrize("parameters", PARAMETERS)
+@pytest.mark.parametrize("name", ["resblock.export.opt", "gn_scaled_swish.export.opt", "resblock.aot.opt"])
+def test_parameters_folded_into_copies_of_other_shapes(name, parameters):
     """gamma and beta reach forward and backward as folded constants ((C, 1, 1), (1, G, C/G), (1, C)),
-    not as the parameter: read by value, both still fuse, and the result equals the graph as written."""
+    not as the parameter (a training step exported with its parameters captured as constants and
+    folded): read by value, the GroupNorm + swish forward and its backward fuse to one node each, the
+    statistics chain goes, and the result equals the graph as written."""
     from ascend_grad.models import graph_path
     from ascend_grad.verify import random_feeds
 
-    model, folded = _fold_parameter_views(onnx.load(graph_path(name)))
+    model, folded = _fold_parameter_views(_with_parameters(onnx.load(graph_path(name)), *PARAMETERS[parameters]))
     assert folded >= 4
     fused, report = fuse_backward_ops(model)
     assert {k: v for k, v in report.counts.items() if v} == {"GroupNormSwishGrad": 1, "GroupNormSwish": 1}, report.refused
+    (forward,) = [n for n in fused.graph.node if n.op_type == "GroupNormSwish"]
+    assert helper.get_attribute_value(next(a for a in forward.attribute if a.name == "activate_swish")) == 1
+    assert not [n for n in fused.graph.node if n.op_type in ("Sqrt", "InstanceNormalization", "Sigmoid")]
     feeds = random_feeds(model)
+    want, got = run_onnxruntime(model, feeds), run_kernels(fused, feeds)
+    for output in want:
+        assert np.abs(got[output] - want[output]).max() <= 1e-5 * np.abs(want[output]).max(), output
+
+
+def test_folded_gamma_of_ones_read_by_value_not_by_name():
+    """A fresh gamma folded by value: where the backward's copy holds other values than the forward's
+    gamma (2 in c1's (1, G, C/G) copy, ones in the forward), the backward is not this GroupNorm's."""
+    from ascend_grad.models import graph_path
+
+    model, _ = _fold_parameter_views(_with_parameters(onnx.load(graph_path("resblock.export.opt")), 1.0, 0.0))
+    (copy,) = [t for t in model.graph.initializer if list(t.dims) == [1, 32, 2]]  # c1's gamma, grouped
+    copy.CopyFrom(numpy_helper.from_array(np.full((1, 32, 2), 2.0, np.float32), copy.name))
+    _, report = fuse_backward_ops(model)
+    assert report.counts["GroupNormSwishGrad"] == 0
+    assert "c1 does not use gamma" in report.refused["GroupNormSwishGrad at getitem"]
+
+
+def test_fresh_group_norm_folded_by_onnxscripts_optimizer():
+    """The issue's spelling end to end: a freshly initialised Conv -> GroupNorm(32) -> SiLU -> Conv
+    training step whose parameters the exporter's optimizer treats as constants and folds (gamma all
+    ones, beta all zeros): the backward had been refused ('c1 is not rstd * gamma'), which left the
+    forward fused as a GroupNorm alone beside its statistics chain."""
+    torch = pytest.importorskip("torch")
+    import onnx_ir as ir
+    import onnxscript.optimizer
+
+    from ascend_grad.models import routes
+    from ascend_grad.verify import random_feeds
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Conv2d(4, 64, 3, padding=1), torch.nn.GroupNorm(32, 64), torch.nn.SiLU(),
+                                 torch.nn.Conv2d(64, 4, 3, padding=1))
+    folded = ir.serde.deserialize_model(routes.aot_joint(module, (torch.randn(2, 4, 8, 8),)))
+    onnxscript.optimizer.optimize(folded)
+    model = ir.serde.serialize_model(folded)
+    assert [t for t in model.graph.initializer if list(t.dims) == [1, 32, 2]], "the optimizer no longer folds gamma's copy"
+    fused, report = fuse_backward_ops(model)
+    assert {k: v for k, v in report.counts.items() if v} == {"GroupNormSwishGrad": 1, "GroupNormSwish": 1}, report.refused
+    assert [f["activate_swish"] for f in report.fused if f["op"] == "GroupNormSwish"] == [1]
+    assert not [n for n in fused.graph.node if n.op_type in ("Sqrt", "InstanceNormalization", "Sigmoid")]
+    feeds = random_feeds(model, seed=1)
     want, got = run_onnxruntime(model, feeds), run_kernels(fused, feeds)
     for output in want:
         assert np.abs(got[output] - want[output]).max() <= 1e-5 * np.abs(want[output]).max(), output

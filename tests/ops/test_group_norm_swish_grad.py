@@ -14,7 +14,7 @@ CASES = [  # (N, C, *spatial) in NCHW terms, num_groups
     ((3, 35, 9, 7), 7),  # C/G = 5, HxW = 63: nothing a multiple of 16
     ((2, 8, 4, 4), 1),  # G == 1
     ((2, 8, 4, 4), 8),  # G == C
-    ((4, 12), 3),  # rank 2: HxW == 1 (M = 4; at M = 2 dx is O(eps) by cancellation, see README)
+    ((4, 12), 3),  # rank 2: HxW == 1 (M = 4; at M = 2 dx is O(eps) by cancellation, see docs/ops.md, Accuracy)
     ((2, 8, 1, 1), 8),  # HxW == 1 and G == C: each group is one element
     ((2, 6, 7), 2),  # rank 3
     ((2, 4, 1, 2, 1, 3, 1, 2), 2),  # rank 8

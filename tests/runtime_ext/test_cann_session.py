@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 import pytest
 
-from ascend_grad import runtime_ext
-from ascend_grad.testing import cast_wrapped, random_array
+from ascend_grad import ops, runtime_ext
+from ascend_grad.testing import TOLERANCE, assert_close, away_from, cast_wrapped, random_array
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,6 +76,24 @@ def test_on_the_npu_with_the_plan_options(beside_cann, tmp_path, rng):
     result, _ = _run(beside_cann, tmp_path, "silu.bytes")
     assert result["options"]["enable_cann_graph"] == "0" and "out" in result
     assert result["level"].endswith("ORT_ENABLE_ALL")
+
+
+def test_mixed_dtype_mish_backward_is_one_aclnn_call(beside_cann, tmp_path, rng):
+    """(float16 gradOutput, float self) -> float gradInput: one aclnnMishBackward call on the NPU,
+    not the CPU kernel between two copies; float's bound against the float64 reference."""
+    go = random_array(rng, (5, 1, 63), np.float16)
+    x = away_from(random_array(rng, (3, 63), np.float32, scale=4.0), -1.19)
+    x.flat[:3] = [90.0, -90.0, np.nan]
+    model, feeds = cast_wrapped("MishBackward", {"gradOutput": go, "self": x}, ["gradInput"])
+    onnx.save(model, tmp_path / "mish.onnx")
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    result, report = _run(beside_cann, tmp_path, "mish.onnx")
+    assert "error" not in result, result
+    calls = {k: v for k, v in report["aclnn_calls"].items() if k.startswith("aclnnMish")}
+    assert calls == {"aclnnMishBackwardGetWorkspaceSize": 1, "aclnnMishBackward": 1}, report["aclnn_calls"]
+    assert_close(np.array(result["out"][0], np.float32), ops.reference.mish_backward(go, x), "mixed MishBackward",
+                 tolerance=TOLERANCE[np.dtype(np.float32)])
+    beside_cann.assert_clean(report)
 
 
 def test_refusals(beside_cann, tmp_path, rng):

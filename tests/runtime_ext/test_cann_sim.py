@@ -243,11 +243,21 @@ def _rule_cases(rng):
     c.add("silu/rank9", "SiluBackward", c.tensor(r9, f32), c.tensor(r9, f32), c.out("o", r9.shape, f32), expect=INVALID)
     c.add("silu/int", "SiluBackward", c.tensor(a, "int32"), c.tensor(a, "int32"), c.out("o", (2, 3), "int32"), expect=INVALID)
     c.add("silu/null", "SiluBackward", c.tensor(a, f32), c.tensor(a, f32), None, expect=NULLPTR)
-    # MishBackward: broadcast, promotion, rank, no empty tensors
+    # MishBackward: broadcast, the seed's dtypes (BFLOAT16, FLOAT16, FLOAT32 for each tensor, the
+    # pair deduced by aclnn's table), rank, no empty tensors
     c.add("mish/empty", "MishBackward", c.tensor(np.ones((0, 3)), f32), c.tensor(np.ones((0, 3)), f32), c.out("o", (0, 3), f32), expect=INVALID)
     c.add("mish/rank9", "MishBackward", c.tensor(r9, f32), c.tensor(r9, f32), c.out("o", r9.shape, f32), expect=INVALID)
     c.add("mish/no-broadcast", "MishBackward", c.tensor(a, f32), c.tensor(np.ones((4, 3)), f32), c.out("o", (4, 3), f32), expect=INVALID)
-    c.add("mish/promotion", "MishBackward", c.tensor(a, f16), c.tensor(a, f32), c.out("o", (2, 3), f16), expect=INVALID)
+    # float with double deduces double, which aclnnMishBackward does not take; nor integers, in or out
+    c.add("mish/double", "MishBackward", c.tensor(a, f32), c.tensor(a, "float64"), c.out("o", (2, 3), "float64"), expect=INVALID)
+    c.add("mish/double-out", "MishBackward", c.tensor(a, f32), c.tensor(a, f32), c.out("o", (2, 3), "float64"), expect=INVALID)
+    c.add("mish/int", "MishBackward", c.tensor(a, "int32"), c.tensor(a, f32), c.out("o", (2, 3), f32), expect=INVALID)
+    c.add("mish/int-out", "MishBackward", c.tensor(a, f16), c.tensor(a, f32), c.out("o", (2, 3), "int32"), expect=INVALID)
+    # gradInput narrower than the deduced float: allowed (its dtype deduces with gradOutput's), the
+    # float result cast to float16
+    go, x = _values(rng, (2, 3), 1.0), _values(rng, (2, 3))
+    narrow = reference.mish_backward(_rounded(go, f16), _rounded(x, f32))
+    c.add("mish/float16-out", "MishBackward", c.tensor(go, f16), c.tensor(x, f32), c.out("o", (2, 3), f16), check={"o": (narrow, f16)})
     c.add("mish/out-shape", "MishBackward", c.tensor(a, f32), c.tensor(a[:1], f32), c.out("o", (1, 3), f32), expect=INVALID)
     c.add("mish/null", "MishBackward", None, c.tensor(a, f32), c.out("o", (2, 3), f32), expect=NULLPTR)
 

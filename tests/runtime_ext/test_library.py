@@ -75,6 +75,20 @@ def _verbose_line(**env) -> str:
     return done.stderr
 
 
+def test_picks_the_widest_instruction_set_the_cpu_has():
+    """The library reads the CPU itself (cpuid and xgetbv, cpu/x86_features.cc): its choice must be
+    the widest table the flags of /proc/cpuinfo allow, and a table the CPU lacks is refused."""
+    runnable = runtime_ext.runnable_isas()
+    assert re.search(rf"^ascend-grad: {runnable[0]} kernels,", _verbose_line(), re.MULTILINE)
+    for isa in runtime_ext.ISA_FEATURES:
+        line = _verbose_line(ASCEND_GRAD_ISA=isa)
+        if isa in runnable:
+            assert re.search(rf"^ascend-grad: {isa} kernels,", line, re.MULTILINE), line
+        else:
+            assert f"ASCEND_GRAD_ISA={isa} is not available on this CPU" in line
+            assert re.search(rf"^ascend-grad: {runnable[0]} kernels,", line, re.MULTILINE), line
+
+
 def test_streamed_walk_follows_the_cpu_vendor_or_the_environment():
     """Streamed outputs walk forward on Intel, by page gap elsewhere (runtime_ext/cpu/page_walk.h);
     ASCEND_GRAD_STREAM_WALK=gap|forward overrides that, and any other value is reported and ignored."""

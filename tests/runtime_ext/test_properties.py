@@ -18,7 +18,7 @@ Judged with ascend_grad.testing.assert_close (SPEC.md's bound for the output dty
 max |ref|, plus one smallest subnormal; NaN/Inf exactly where the reference has them). A
 reference value beyond the output dtype's range is expected as the +-inf it rounds to.
 
-What no float implementation can meet and these tests therefore do not generate (README, Accuracy):
+What no float implementation can meet and these tests therefore do not generate (docs/ops.md, Accuracy):
 elementwise x within 0.25 of the derivative's zero (ascend_grad.testing.away_from), a GroupNorm
 group of M = 2 elements (dx = O(eps) after cancellation), and tensors whose whole result lives
 below 2^-120 (an elementwise factor, gradient or result that float32 can only hold as a subnormal):
@@ -37,6 +37,7 @@ the kernels and the references. The number of cases run is printed at the end of
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -64,20 +65,33 @@ SMALL_SIZES = [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 65]
 LARGE_SIZES = [4095, 4097, 16383, 16384, 16385]
 MAX_ELEMENTS = 70_000
 
-# (ASCEND_GRAD_TEST_FRACTION takes a share of them: the emulated aarch64 runs)
-EXAMPLES = {op: trimmed(n) for op, n in {"SiluBackward": 14, "MishBackward": 10, "GroupNormSwish": 10, "GroupNormSwishGrad": 10}.items()}
+# a full run's; ASCEND_GRAD_TEST_FRACTION takes a share of them (the emulated aarch64 runs)
+FULL_EXAMPLES = {"SiluBackward": 14, "MishBackward": 10, "GroupNormSwish": 10, "GroupNormSwishGrad": 10}
+EXAMPLES = {op: trimmed(n) for op, n in FULL_EXAMPLES.items()}
 CASES = {"run": 0, "sums unjudged": 0}  # examples executed (hypothesis included); printed at module end
 SETTINGS = dict(deadline=None, derandomize=False, database=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 TINY = 2.0**-120  # below this a float32 intermediate is (nearly) subnormal: see the module doc
 
 
+def _planned(examples=None) -> int:
+    """max_examples x dtype combinations x families: the cases this run (or one with `examples`) plans."""
+    examples = EXAMPLES if examples is None else examples
+    return sum(examples[op] * n * len(FAMILIES) for op, n in
+               (("SiluBackward", 3), ("MishBackward", 9), ("GroupNormSwish", 9), ("GroupNormSwishGrad", 9)))
+
+
+def test_the_docs_quote_the_planned_cases():
+    """docs/reliability.md's table gives the number of cases a full run plans."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "reliability.md").read_text()
+    assert f"| {_planned(FULL_EXAMPLES)} planned (max_examples x dtype combinations x {len(FAMILIES)} families)" in docs
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _report_cases():
     yield
     total = CASES["run"]
-    planned = sum(EXAMPLES[op] * n * len(FAMILIES) for op, n in
-                  (("SiluBackward", 3), ("MishBackward", 9), ("GroupNormSwish", 9), ("GroupNormSwishGrad", 9)))
+    planned = _planned()
     print(f"\nproperty cases: {total} run ({planned} = max_examples x dtype combinations x families planned); "
           f"{CASES['sums unjudged']} parameter gradients left unjudged (_sum_resolvable)")
 

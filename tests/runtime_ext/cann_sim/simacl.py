@@ -11,12 +11,12 @@ from ctypes import POINTER, byref, c_bool, c_char_p, c_double, c_int, c_int32, c
 
 import numpy as np
 
-ACL_FLOAT, ACL_FLOAT16, ACL_INT32, ACL_INT64, ACL_BF16 = 0, 1, 3, 9, 27
+ACL_FLOAT, ACL_FLOAT16, ACL_INT32, ACL_INT64, ACL_DOUBLE, ACL_BF16 = 0, 1, 3, 9, 11, 27
 ACL_FORMAT_ND = 2
 H2D, D2H, D2D = 1, 2, 3
 # dtype name -> (aclDataType, numpy dtype holding its bits)
 DTYPES = {"float32": (ACL_FLOAT, np.float32), "float16": (ACL_FLOAT16, np.float16), "bfloat16": (ACL_BF16, np.uint16),
-          "int32": (ACL_INT32, np.int32), "int64": (ACL_INT64, np.int64)}
+          "float64": (ACL_DOUBLE, np.float64), "int32": (ACL_INT32, np.int32), "int64": (ACL_INT64, np.int64)}
 
 T = c_void_p  # aclTensor*
 _P = POINTER(c_uint64), POINTER(c_void_p)  # workspaceSize, executor

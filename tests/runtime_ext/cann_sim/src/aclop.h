@@ -17,8 +17,6 @@ typedef struct {
     size_t size;
 } Arg;
 
-typedef struct aclopAttr aclopAttr;
-
 typedef struct {
     const char *op;
     int nin, nout;

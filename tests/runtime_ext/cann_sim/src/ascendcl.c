@@ -7,7 +7,7 @@
  * New device memory is filled with 0xFF bytes (NaN in every float type), never zeros: a caller
  * that relies on memory it did not write sees NaN. */
 #define _GNU_SOURCE
-#include "simcann.h"
+#include "acl_api.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -442,7 +442,7 @@ SIM_API aclError aclrtSynchronizeEvent(aclrtEvent event) {
 
 /* ---------------------------------------------------------------- malloc / free */
 
-SIM_API aclError aclrtMalloc(void **devPtr, size_t size, int policy) {
+SIM_API aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
     (void)policy;
     FORCED("aclrtMalloc");
     if (!devPtr) return simcann_error(ACL_ERROR_INVALID_PARAM, "aclrtMalloc", "devPtr is null");
@@ -569,12 +569,12 @@ static int do_memcpy(const char *fn, void *dst, size_t destMax, const void *src,
     return r;
 }
 
-SIM_API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, int kind) {
+SIM_API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
     FORCED("aclrtMemcpy");
     return do_memcpy("aclrtMemcpy", dst, destMax, src, count, kind);
 }
 
-SIM_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, int kind, aclrtStream stream) {
+SIM_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, aclrtStream stream) {
     FORCED("aclrtMemcpyAsync");
     int r = check_stream(stream, "aclrtMemcpyAsync");
     return r ? r : do_memcpy("aclrtMemcpyAsync", dst, destMax, src, count, kind);
@@ -603,7 +603,7 @@ SIM_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, 
     return r ? r : do_memset("aclrtMemsetAsync", devPtr, maxCount, value, count);
 }
 
-SIM_API size_t aclDataTypeSize(int dataType) {
+SIM_API size_t aclDataTypeSize(aclDataType dataType) {
     switch (dataType) {
     case ACL_FLOAT: case ACL_INT32: case ACL_UINT32: return 4;
     case ACL_FLOAT16: case ACL_BF16: case ACL_INT16: case ACL_UINT16: return 2;
@@ -618,24 +618,24 @@ SIM_API size_t aclDataTypeSize(int dataType) {
 #define GRAPH_MODE_MSG "graph mode is not simulated: run the CANN EP with enable_cann_graph=0"
 #define MDL_FAIL(fn) simcann_error(ACL_ERROR_FEATURE_UNSUPPORTED, fn, GRAPH_MODE_MSG)
 
-SIM_API void *aclmdlCreateDesc(void) { MDL_FAIL("aclmdlCreateDesc"); return NULL; }
-SIM_API aclError aclmdlDestroyDesc(void *d) { (void)d; return MDL_FAIL("aclmdlDestroyDesc"); }
-SIM_API aclError aclmdlGetDesc(void *d, uint32_t id) { (void)d; (void)id; return MDL_FAIL("aclmdlGetDesc"); }
-SIM_API size_t aclmdlGetNumInputs(void *d) { (void)d; MDL_FAIL("aclmdlGetNumInputs"); return 0; }
-SIM_API size_t aclmdlGetNumOutputs(void *d) { (void)d; MDL_FAIL("aclmdlGetNumOutputs"); return 0; }
-SIM_API size_t aclmdlGetInputSizeByIndex(void *d, size_t i) { (void)d; (void)i; MDL_FAIL("aclmdlGetInputSizeByIndex"); return 0; }
-SIM_API size_t aclmdlGetOutputSizeByIndex(void *d, size_t i) { (void)d; (void)i; MDL_FAIL("aclmdlGetOutputSizeByIndex"); return 0; }
-SIM_API aclError aclmdlGetOutputDims(void *d, size_t i, void *dims) { (void)d; (void)i; (void)dims; return MDL_FAIL("aclmdlGetOutputDims"); }
-SIM_API void *aclmdlCreateDataset(void) { MDL_FAIL("aclmdlCreateDataset"); return NULL; }
-SIM_API aclError aclmdlDestroyDataset(const void *d) { (void)d; return MDL_FAIL("aclmdlDestroyDataset"); }
-SIM_API aclError aclmdlAddDatasetBuffer(void *d, void *b) { (void)d; (void)b; return MDL_FAIL("aclmdlAddDatasetBuffer"); }
-SIM_API void *aclmdlGetDatasetBuffer(const void *d, size_t i) { (void)d; (void)i; MDL_FAIL("aclmdlGetDatasetBuffer"); return NULL; }
-SIM_API void *aclmdlGetDatasetTensorDesc(const void *d, size_t i) { (void)d; (void)i; MDL_FAIL("aclmdlGetDatasetTensorDesc"); return NULL; }
+SIM_API aclmdlDesc *aclmdlCreateDesc(void) { MDL_FAIL("aclmdlCreateDesc"); return NULL; }
+SIM_API aclError aclmdlDestroyDesc(aclmdlDesc *d) { (void)d; return MDL_FAIL("aclmdlDestroyDesc"); }
+SIM_API aclError aclmdlGetDesc(aclmdlDesc *d, uint32_t id) { (void)d; (void)id; return MDL_FAIL("aclmdlGetDesc"); }
+SIM_API size_t aclmdlGetNumInputs(aclmdlDesc *d) { (void)d; MDL_FAIL("aclmdlGetNumInputs"); return 0; }
+SIM_API size_t aclmdlGetNumOutputs(aclmdlDesc *d) { (void)d; MDL_FAIL("aclmdlGetNumOutputs"); return 0; }
+SIM_API size_t aclmdlGetInputSizeByIndex(aclmdlDesc *d, size_t i) { (void)d; (void)i; MDL_FAIL("aclmdlGetInputSizeByIndex"); return 0; }
+SIM_API size_t aclmdlGetOutputSizeByIndex(aclmdlDesc *d, size_t i) { (void)d; (void)i; MDL_FAIL("aclmdlGetOutputSizeByIndex"); return 0; }
+SIM_API aclError aclmdlGetOutputDims(const aclmdlDesc *d, size_t i, aclmdlIODims *dims) { (void)d; (void)i; (void)dims; return MDL_FAIL("aclmdlGetOutputDims"); }
+SIM_API aclmdlDataset *aclmdlCreateDataset(void) { MDL_FAIL("aclmdlCreateDataset"); return NULL; }
+SIM_API aclError aclmdlDestroyDataset(const aclmdlDataset *d) { (void)d; return MDL_FAIL("aclmdlDestroyDataset"); }
+SIM_API aclError aclmdlAddDatasetBuffer(aclmdlDataset *d, aclDataBuffer *b) { (void)d; (void)b; return MDL_FAIL("aclmdlAddDatasetBuffer"); }
+SIM_API aclDataBuffer *aclmdlGetDatasetBuffer(const aclmdlDataset *d, size_t i) { (void)d; (void)i; MDL_FAIL("aclmdlGetDatasetBuffer"); return NULL; }
+SIM_API aclTensorDesc *aclmdlGetDatasetTensorDesc(const aclmdlDataset *d, size_t i) { (void)d; (void)i; MDL_FAIL("aclmdlGetDatasetTensorDesc"); return NULL; }
 SIM_API aclError aclmdlLoadFromFile(const char *f, uint32_t *id) { (void)f; (void)id; return MDL_FAIL("aclmdlLoadFromFile"); }
 SIM_API aclError aclmdlLoadFromMem(const void *m, size_t n, uint32_t *id) { (void)m; (void)n; (void)id; return MDL_FAIL("aclmdlLoadFromMem"); }
 SIM_API aclError aclmdlUnload(uint32_t id) { (void)id; return MDL_FAIL("aclmdlUnload"); }
-SIM_API aclError aclmdlExecute(uint32_t id, const void *in, void *out) { (void)id; (void)in; (void)out; return MDL_FAIL("aclmdlExecute"); }
-SIM_API aclError aclmdlExecuteAsync(uint32_t id, const void *in, void *out, aclrtStream s) { (void)id; (void)in; (void)out; (void)s; return MDL_FAIL("aclmdlExecuteAsync"); }
+SIM_API aclError aclmdlExecute(uint32_t id, const aclmdlDataset *in, aclmdlDataset *out) { (void)id; (void)in; (void)out; return MDL_FAIL("aclmdlExecute"); }
+SIM_API aclError aclmdlExecuteAsync(uint32_t id, const aclmdlDataset *in, aclmdlDataset *out, aclrtStream s) { (void)id; (void)in; (void)out; (void)s; return MDL_FAIL("aclmdlExecuteAsync"); }
 
 /* ---------------------------------------------------------------- the report */
 

@@ -123,6 +123,13 @@ static inline void st(void *base, int64_t i, int dt, double v) {
     }
 }
 
+/* v rounded to dtype dt (what a tensor of that dtype would hold). */
+static inline double round_to(double v, int dt) {
+    unsigned char b[8];
+    st(b, 0, dt, v);
+    return ld(b, 0, dt);
+}
+
 static inline void sti(void *base, int64_t i, int dt, int64_t v) {
     if (dt == ACL_INT64 || dt == ACL_UINT64) memcpy((char *)base + 8 * i, &v, 8);
     else st(base, i, dt, (double)v);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "acl_api.h"
 #include "aclop.h"
 #include "dtype.h"
 
@@ -147,15 +148,15 @@ const int64_t *attr_list(const aclopAttr *a, const char *name, int *n) {
 /* ---------------------------------------------------------------- tensor descs, data buffers */
 
 #define DESC_MAGIC 0x44455343U
-typedef struct aclTensorDesc {
+struct aclTensorDesc {
     uint32_t magic;
     int dtype, format, rank;
     int64_t dims[MAX_RANK];
     void *const_data;
     size_t const_len;
-} aclTensorDesc;
+};
 
-SIM_API aclTensorDesc *aclCreateTensorDesc(int dataType, int numDims, const int64_t *dims, int format) {
+SIM_API aclTensorDesc *aclCreateTensorDesc(aclDataType dataType, int numDims, const int64_t *dims, aclFormat format) {
     if (numDims < 0 || numDims > MAX_RANK || (numDims > 0 && !dims)) {
         simcann_error(ACL_ERROR_INVALID_PARAM, "aclCreateTensorDesc", "bad dims (%d at %p)", numDims, (const void *)dims);
         return NULL;
@@ -211,7 +212,7 @@ SIM_API aclError aclSetTensorConst(aclTensorDesc *desc, void *dataBuffer, size_t
 }
 
 #define BUF_MAGIC 0x42554646U
-typedef struct aclDataBuffer { uint32_t magic; void *data; size_t size; } aclDataBuffer;
+struct aclDataBuffer { uint32_t magic; void *data; size_t size; };
 
 SIM_API aclDataBuffer *aclCreateDataBuffer(void *data, size_t size) {
     aclDataBuffer *b = calloc(1, sizeof *b);
@@ -275,7 +276,7 @@ static int make_arg(OpCall *c, Arg *arg, const aclTensorDesc *d, const aclDataBu
 SIM_API aclError aclopCompileAndExecute(const char *opType, int numInputs, const aclTensorDesc *const inputDesc[],
                                         const aclDataBuffer *const inputs[], int numOutputs,
                                         const aclTensorDesc *const outputDesc[], aclDataBuffer *const outputs[],
-                                        const aclopAttr *attr, int engineType, int compileFlag, const char *opPath,
+                                        const aclopAttr *attr, aclopEngineType engineType, aclopCompileType compileFlag, const char *opPath,
                                         aclrtStream stream) {
     (void)engineType; (void)compileFlag; (void)opPath;
     const char *fn = "aclopCompileAndExecute";

@@ -6,7 +6,8 @@
  * protocol (the executor came from the matching GetWorkspaceSize and is used once, the workspace
  * is live device memory of at least the size asked for, the stream is a created one, every
  * tensor's extent lies in a live device allocation), scribbles over the workspace, and computes
- * from SPEC.md's formulas in double, rounding once to the output dtype. */
+ * from SPEC.md's formulas in double, rounding once to the output dtype (MishBackward: to the dtype
+ * its two inputs deduce, then to gradInput's). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ typedef struct aclOpExecutor {
     int64_t groups;
     double eps, scale;
     bool flag_a, flag_b;  /* dgamma/dbeta required; activate swish */
+    int compute_dtype;    /* MishBackward: the dtype gradOutput and self deduce */
 } aclOpExecutor;
 
 static aclOpExecutor **g_execs;  /* never freed: a reused executor is always recognised */
@@ -244,6 +246,11 @@ SIM_API aclnnStatus aclnnSiluBackward(void *workspace, uint64_t workspaceSize, a
 
 /* ---------------------------------------------------------------- MishBackward */
 
+/* aclnn's dtype deduction (CANN's "互推导关系" table, which aclnnMishBackward's page points to) on
+ * the three float types: equal types stay, any two different ones deduce float (bfloat16 with
+ * float16 included). */
+static int deduce_float(int a, int b) { return a == b ? a : ACL_FLOAT; }
+
 SIM_API aclnnStatus aclnnMishBackwardGetWorkspaceSize(const aclTensor *gradOutput, const aclTensor *self, aclTensor *gradInput,
                                                       uint64_t *workspaceSize, aclOpExecutor **executor) {
     const char *fn = "aclnnMishBackwardGetWorkspaceSize";
@@ -260,15 +267,13 @@ SIM_API aclnnStatus aclnnMishBackwardGetWorkspaceSize(const aclTensor *gradOutpu
     shape_str(&p.t[0], a, sizeof a);
     shape_str(&p.t[1], b, sizeof b);
     shape_str(&p.t[2], c, sizeof c);
+    /* the seed: each of the three BFLOAT16, FLOAT16 or FLOAT32 (any pair of them deduces a type,
+     * gradInput's with gradOutput's too), rank 0-8, not empty */
     for (int i = 0; i < 3; i++) {
         if (!is_nn_float(p.t[i].dtype)) return INVALID(fn, "dtypes must be float, float16 or bfloat16 (gradOutput %s, self %s, gradInput %s)", a, b, c);
         if (p.t[i].rank > 8) return INVALID(fn, "rank must be at most 8 (gradOutput %s, self %s, gradInput %s)", a, b, c);
         if (vnumel(&p.t[i]) == 0) return INVALID(fn, "empty tensors are not supported (gradOutput %s, self %s, gradInput %s)", a, b, c);
     }
-    /* promotion: same -> same, any mix -> float */
-    int promoted = p.t[0].dtype == p.t[1].dtype ? p.t[0].dtype : ACL_FLOAT;
-    if (p.t[2].dtype != promoted)
-        return INVALID(fn, "gradInput must have the promoted dtype %s of gradOutput and self (%s, %s, %s)", dtype_name(promoted), a, b, c);
     int64_t bd[TENSOR_MAX_RANK];
     int R;
     if (broadcast_shape(p.t[0].dims, p.t[0].rank, p.t[1].dims, p.t[1].rank, bd, &R))
@@ -277,16 +282,20 @@ SIM_API aclnnStatus aclnnMishBackwardGetWorkspaceSize(const aclTensor *gradOutpu
     want.rank = R;
     memcpy(want.dims, bd, sizeof bd);
     if (!same_shape(&want, &p.t[2])) return INVALID(fn, "gradInput %s must have the broadcast shape of gradOutput %s and self %s", c, a, b);
+    p.compute_dtype = deduce_float(p.t[0].dtype, p.t[1].dtype);
     return new_executor(fn, OP_MISH, ws_elementwise(&p.t[2]), &p, workspaceSize, executor);
 }
 
+/* Computed in the deduced dtype (here: double, rounded to it once), then written as gradInput's
+ * dtype, as aclnn casts its result to the output tensor (a second rounding only where gradInput is
+ * narrower than the deduced type). */
 static void mish_compute(const aclOpExecutor *e) {
     const View *gi = &e->t[2];
     int64_t n = vnumel(gi);
     double *dy = gather(&e->t[0], gi->dims, gi->rank), *x = gather(&e->t[1], gi->dims, gi->rank);
     for (int64_t i = 0; i < n; i++) {
         double t = tanh(softplus(x[i]));
-        dy[i] = dy[i] * (t + x[i] * sigmoid(x[i]) * (1.0 - t * t));
+        dy[i] = round_to(dy[i] * (t + x[i] * sigmoid(x[i]) * (1.0 - t * t)), e->compute_dtype);
     }
     scatter(gi, dy);
     free(dy);

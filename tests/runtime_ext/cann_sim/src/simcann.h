@@ -2,7 +2,8 @@
  *
  * libascendcl.so owns all state (device memory, streams, error messages, violations, counters,
  * the JSON report); the other libraries link against it and use the simcann_* functions below.
- * Public types and numbers are CANN's (acl_base.h, acl_rt.h, aclnn/acl_meta.h). */
+ * Public types and numbers are CANN's (acl_base.h, acl_rt.h, aclnn/acl_meta.h); acl_api.h declares
+ * the CANN functions the libraries export. */
 #ifndef SIMCANN_H
 #define SIMCANN_H
 
@@ -11,40 +12,56 @@
 
 #define SIM_API __attribute__((visibility("default")))
 
+/* CANN's numbers, each written once: as the simulator's own definitions below, or, compiled against
+ * CANN's own headers (SIMCANN_CHECK_AGAINST_CANN, test_cann_headers.py), as static_asserts that
+ * they equal CANN's. aclDataType, aclFormat (acl_base_rt.h), aclrtMemcpyKind (acl_rt.h): */
+#define SIMCANN_DATA_TYPES(X)                                                                          \
+    X(ACL_DT_UNDEFINED, -1) X(ACL_FLOAT, 0) X(ACL_FLOAT16, 1) X(ACL_INT8, 2) X(ACL_INT32, 3) X(ACL_UINT8, 4) \
+    X(ACL_INT16, 6) X(ACL_UINT16, 7) X(ACL_UINT32, 8) X(ACL_INT64, 9) X(ACL_UINT64, 10) X(ACL_DOUBLE, 11)    \
+    X(ACL_BOOL, 12) X(ACL_BF16, 27)
+#define SIMCANN_FORMATS(X) X(ACL_FORMAT_UNDEFINED, -1) X(ACL_FORMAT_NCHW, 0) X(ACL_FORMAT_NHWC, 1) X(ACL_FORMAT_ND, 2)
+#define SIMCANN_MEMCPY_KINDS(X)                                                                  \
+    X(ACL_MEMCPY_HOST_TO_HOST, 0) X(ACL_MEMCPY_HOST_TO_DEVICE, 1) X(ACL_MEMCPY_DEVICE_TO_HOST, 2) \
+    X(ACL_MEMCPY_DEVICE_TO_DEVICE, 3)
+/* aclError codes (acl_base_rt.h, error_codes/rt_error_codes.h) */
+#define SIMCANN_ACL_ERRORS(X)                                                                                \
+    X(ACL_SUCCESS, 0) X(ACL_ERROR_INVALID_PARAM, 100000) X(ACL_ERROR_UNINITIALIZE, 100001)                  \
+    X(ACL_ERROR_REPEAT_INITIALIZE, 100002) X(ACL_ERROR_OP_INPUT_NOT_MATCH, 100021)                          \
+    X(ACL_ERROR_OP_ATTR_NOT_MATCH, 100023) X(ACL_ERROR_OP_NOT_FOUND, 100024)                                \
+    X(ACL_ERROR_UNSUPPORTED_DATA_TYPE, 100026) X(ACL_ERROR_INVALID_DEVICE, 200002)                          \
+    X(ACL_ERROR_FEATURE_UNSUPPORTED, 200006) X(ACL_ERROR_RT_PARAM_INVALID, 107000)                          \
+    X(ACL_ERROR_RT_INVALID_DEVICEID, 107001) X(ACL_ERROR_RT_CONTEXT_NULL, 107002)                           \
+    X(ACL_ERROR_RT_INVALID_HANDLE, 107017) X(ACL_ERROR_RT_MEMORY_ALLOCATION, 207001)                        \
+    X(ACL_ERROR_RT_MEMORY_FREE, 207002)
+
+#ifdef SIMCANN_CHECK_AGAINST_CANN  /* C++, after acl/acl.h and acl/acl_op_compiler.h */
+#define SIMCANN_SAME_AS_CANN(name, value) static_assert(name == (value), #name " differs from CANN's");
+SIMCANN_DATA_TYPES(SIMCANN_SAME_AS_CANN)
+SIMCANN_FORMATS(SIMCANN_SAME_AS_CANN)
+SIMCANN_MEMCPY_KINDS(SIMCANN_SAME_AS_CANN)
+SIMCANN_ACL_ERRORS(SIMCANN_SAME_AS_CANN)
+#else
+#define SIMCANN_ENUMERATOR(name, value) name = (value),
 typedef int aclError;
-typedef int32_t aclnnStatus;
 typedef void *aclrtStream;
 typedef void *aclrtEvent;
-
-/* aclDataType (acl_base.h) */
-enum {
-    ACL_DT_UNDEFINED = -1, ACL_FLOAT = 0, ACL_FLOAT16 = 1, ACL_INT8 = 2, ACL_INT32 = 3, ACL_UINT8 = 4,
-    ACL_INT16 = 6, ACL_UINT16 = 7, ACL_UINT32 = 8, ACL_INT64 = 9, ACL_UINT64 = 10, ACL_DOUBLE = 11,
-    ACL_BOOL = 12, ACL_BF16 = 27,
-};
-/* aclFormat */
-enum { ACL_FORMAT_UNDEFINED = -1, ACL_FORMAT_NCHW = 0, ACL_FORMAT_NHWC = 1, ACL_FORMAT_ND = 2 };
-/* aclrtMemcpyKind */
-enum { ACL_MEMCPY_HOST_TO_HOST = 0, ACL_MEMCPY_HOST_TO_DEVICE = 1, ACL_MEMCPY_DEVICE_TO_HOST = 2,
-       ACL_MEMCPY_DEVICE_TO_DEVICE = 3 };
-
-/* aclError codes (acl_base.h, rt_error_codes.h) */
-#define ACL_SUCCESS 0
-#define ACL_ERROR_INVALID_PARAM 100000
-#define ACL_ERROR_UNINITIALIZE 100001
-#define ACL_ERROR_REPEAT_INITIALIZE 100002
-#define ACL_ERROR_OP_INPUT_NOT_MATCH 100021
-#define ACL_ERROR_OP_ATTR_NOT_MATCH 100023
-#define ACL_ERROR_OP_NOT_FOUND 100024
-#define ACL_ERROR_UNSUPPORTED_DATA_TYPE 100026
-#define ACL_ERROR_INVALID_DEVICE 200002
-#define ACL_ERROR_FEATURE_UNSUPPORTED 200006
-#define ACL_ERROR_RT_PARAM_INVALID 107000
-#define ACL_ERROR_RT_INVALID_DEVICEID 107001
-#define ACL_ERROR_RT_CONTEXT_NULL 107002
-#define ACL_ERROR_RT_INVALID_HANDLE 107017
-#define ACL_ERROR_RT_MEMORY_ALLOCATION 207001
-#define ACL_ERROR_RT_MEMORY_FREE 207002
+typedef enum { SIMCANN_DATA_TYPES(SIMCANN_ENUMERATOR) } aclDataType;
+typedef enum { SIMCANN_FORMATS(SIMCANN_ENUMERATOR) } aclFormat;
+typedef enum aclrtMemcpyKind { SIMCANN_MEMCPY_KINDS(SIMCANN_ENUMERATOR) } aclrtMemcpyKind;
+enum { SIMCANN_ACL_ERRORS(SIMCANN_ENUMERATOR) };
+/* the values the simulator never reads: CANN's names, nothing more */
+typedef enum aclrtMemMallocPolicy { ACL_MEM_MALLOC_HUGE_FIRST } aclrtMemMallocPolicy;
+typedef enum aclEngineType { ACL_ENGINE_SYS } aclopEngineType;
+typedef enum aclCompileType { ACL_COMPILE_SYS } aclopCompileType;
+/* handles: opaque here (the simulator's own structs complete some of them) */
+typedef struct aclTensorDesc aclTensorDesc;
+typedef struct aclDataBuffer aclDataBuffer;
+typedef struct aclopAttr aclopAttr;
+typedef struct aclmdlDesc aclmdlDesc;
+typedef struct aclmdlDataset aclmdlDataset;
+typedef struct aclmdlIODims aclmdlIODims;
+#endif
+typedef int32_t aclnnStatus;
 
 /* aclnnStatus codes (aclnn returns) */
 #define ACLNN_SUCCESS 0

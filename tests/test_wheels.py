@@ -1,0 +1,236 @@
+"""The distributable wheels (build_support/wheels): one per architecture, tagged manylinux_2_17 as
+auditwheel judges it; the x86_64 one installs and runs the demo and the kernel tests in a fresh
+environment with no compiler, cmake or npm, on the widest instruction set the CPU has; installed
+beside an onnxruntime flavour it keeps that flavour. The aarch64 one runs its smoke test under
+emulation where the emulated aarch64 environment exists (build_support/aarch64_emulation.py).
+
+The wheels are built once per session into the session's own folder; the build itself (CMake's
+folders, the tools' environment) is kept under build/wheels/ between sessions and locked, so that
+two test processes take turns and an unchanged tree rebuilds in seconds."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ascend_grad import runtime_ext
+
+REPO = Path(__file__).resolve().parents[1]
+ARCHES = ("x86_64", "aarch64")
+ELF_MACHINE = {"x86_64": 62, "aarch64": 183}  # e_machine: EM_X86_64, EM_AARCH64
+# none of these may be reachable where the x86_64 wheel is installed and run
+TOOLCHAIN = ("gcc", "g++", "cc", "c++", "clang", "clang++", "zig", "cmake", "ninja", "make", "npm")
+# the kernel tests run against the installed wheel: the kernels against the function bodies, the
+# errors they report, determinism, page offsets and streamed outputs, accuracy properties
+KERNEL_TESTS = ["tests/runtime_ext/" + name for name in
+                ("test_vs_function.py", "test_errors.py", "test_determinism.py", "test_offsets.py", "test_properties.py")]
+
+pytestmark = pytest.mark.skipif(sysconfig.get_platform() != "linux-x86_64", reason="the wheels are built on x86_64 Linux")
+
+
+def _load(path: Path, name: str):
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader))
+    loader.exec_module(module)
+    return module
+
+
+wheels_script = _load(REPO / "build_support" / "wheels", "build_support_wheels")
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory):
+    """{arch: path} of the two wheels, built by build_support/wheels for this session."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    done = subprocess.run([sys.executable, REPO / "build_support" / "wheels", "-o", out], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = {arch: sorted(out.glob(f"*_{arch}.whl")) for arch in ARCHES}
+    assert all(len(paths) == 1 for paths in found.values()), found
+    return {arch: paths[0] for arch, paths in found.items()}
+
+
+def _venv(folder: Path) -> tuple[Path, dict]:
+    """A fresh virtual environment and the environment variables to run it with: PATH holds only its
+    bin/ folder, and none of TOOLCHAIN is on it."""
+    venv.create(folder, with_pip=True)
+    path = str(folder / "bin")
+    for tool in TOOLCHAIN:
+        assert shutil.which(tool, path=path) is None, f"{tool} is on the test's PATH"
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("ASCEND_GRAD_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
+    env["PATH"] = path
+    return folder / "bin" / "python", env
+
+
+def _run(command, env, cwd, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+
+
+def _pip_install(python, env, cwd, *requirements):
+    done = _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements], env, cwd)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def _installed(python, env, cwd) -> dict[str, str]:
+    listed = _run([python, "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"], env, cwd)
+    return dict(line.lower().split("==") for line in listed.stdout.splitlines() if "==" in line)
+
+
+class X86Env:
+    """The x86_64 wheel in a fresh environment with no toolchain: first alone (`without_onnxruntime`:
+    what `import ascend_grad` said then), then with its [cpu] extra and pytest."""
+
+    def __init__(self, wheel: Path, folder: Path):
+        self.folder = folder
+        self.python, self.env = _venv(folder / "env")
+        _pip_install(self.python, self.env, folder, wheel)
+        self.packages_alone = _installed(self.python, self.env, folder)
+        self.without_onnxruntime = _run([self.python, "-c", "import ascend_grad"], self.env, folder)
+        _pip_install(self.python, self.env, folder, f"{wheel}[cpu]", "pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100")
+
+    def run(self, *command, cwd=None, **env):
+        return _run(command, dict(self.env, **env), cwd or self.folder)
+
+
+@pytest.fixture(scope="session")
+def x86_env(wheelhouse, tmp_path_factory):
+    return X86Env(wheelhouse["x86_64"], tmp_path_factory.mktemp("x86_64-wheel"))
+
+
+def _verbose_isas(text: str) -> set[str]:
+    """The instruction sets the library's ASCEND_GRAD_VERBOSE lines name."""
+    return set(re.findall(r"^ascend-grad: (\w+) kernels,", text, re.MULTILINE))
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_wheel_is_py3_manylinux_2_17(wheelhouse, arch):
+    """One wheel for every Python (the library is no CPython extension), glibc 2.17 as auditwheel
+    judges it (onnxruntime's own wheels are manylinux_2_28), holding a library for `arch` and no
+    onnxruntime requirement but that of its [cpu] extra."""
+    wheel = wheelhouse[arch]
+    assert re.fullmatch(rf"ascend_grad-[\w.]+-py3-none-manylinux2014_{arch}\.manylinux_2_17_{arch}\.whl", wheel.name)
+    tools = wheels_script.tools_python()
+    env = dict(os.environ, PATH=f"{tools.parent}{os.pathsep}{os.environ['PATH']}")
+    shown = subprocess.run([tools, "-m", "auditwheel", "show", wheel], capture_output=True, text=True, env=env, check=True).stdout
+    assert re.search(rf'consistent with the\s+following platform tag:\s+"manylinux_2_17_{arch}"', shown), shown
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (library,) = [n for n in names if n.endswith("/" + runtime_ext.LIBRARY_NAME)]
+        elf = archive.read(library)
+        info = next(n for n in names if n.endswith(".dist-info/WHEEL"))
+        tags = re.findall(r"^Tag: (\S+)$", archive.read(info).decode(), re.MULTILINE)
+        meta = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert library == f"ascend_grad/runtime_ext/{runtime_ext.LIBRARY_NAME}"
+    assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == ELF_MACHINE[arch]
+    assert sorted(tags) == [f"py3-none-manylinux2014_{arch}", f"py3-none-manylinux_2_17_{arch}"]
+    onnxruntime = [line for line in meta.splitlines() if line.startswith("Requires-Dist: onnxruntime")]
+    assert onnxruntime == ['Requires-Dist: onnxruntime>=1.19; extra == "cpu"'], onnxruntime
+
+
+def test_x86_64_wheel_without_onnxruntime_names_the_flavours(x86_env):
+    """Alone, the wheel installs no onnxruntime, and importing ascend_grad says what to install."""
+    assert not any(name.startswith("onnxruntime") for name in x86_env.packages_alone), x86_env.packages_alone
+    assert "ascend-grad" in x86_env.packages_alone
+    done = x86_env.without_onnxruntime
+    assert done.returncode != 0
+    assert "ImportError: ascend-grad needs onnxruntime, and none is installed" in done.stderr
+    assert "onnxruntime-cann" in done.stderr and "ascend-grad[cpu]" in done.stderr
+
+
+def test_x86_64_wheel_picks_the_widest_instruction_set(x86_env):
+    """The installed library's choice (ASCEND_GRAD_VERBOSE) is the widest table /proc/cpuinfo allows."""
+    best = runtime_ext.runnable_isas()[0]
+    done = x86_env.run(x86_env.python, "-c", "from ascend_grad import runtime_ext; runtime_ext.session_options()", ASCEND_GRAD_VERBOSE="1")
+    assert done.returncode == 0, done.stderr
+    assert _verbose_isas(done.stderr) == {best}, done.stderr
+
+
+def test_x86_64_wheel_runs_the_demo(x86_env):
+    done = x86_env.run(x86_env.folder / "env" / "bin" / "ascend-grad", "demo", "-o", x86_env.folder / "demo", ASCEND_GRAD_VERBOSE="1")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    print(done.stdout)  # (the timings, for the log)
+    assert _verbose_isas(done.stderr) == {runtime_ext.runnable_isas()[0]}, done.stderr
+    for graph, op in (("resblock_b8", "GroupNormSwishGrad x1"), ("silu_mlp", "SiluBackward x1"), ("mish_mlp", "MishBackward x1")):
+        assert re.search(rf"^{graph}\.aot\.opt +.*{op}.* outputs, max rel\. error", done.stdout, re.MULTILINE), done.stdout
+    assert (x86_env.folder / "demo" / "report.json").is_file()
+
+
+def test_x86_64_wheel_passes_the_kernel_tests(x86_env):
+    """The kernel tests of this checkout, run by the wheel's environment against the installed wheel
+    (pytest's importlib mode imports ascend_grad from site-packages, which the last test checks)."""
+    done = x86_env.run(x86_env.python, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *KERNEL_TESTS,
+                       "tests/test_package.py::test_imports_the_installed_package_not_the_checkout",
+                       cwd=REPO, ASCEND_GRAD_VERBOSE="1")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert re.search(r"\d+ passed", done.stdout) and " failed" not in done.stdout
+    assert _verbose_isas(done.stdout + done.stderr) == {runtime_ext.runnable_isas()[0]}
+
+
+_UNLOAD_AND_EXIT = """
+import gc, numpy as np, onnxruntime as ort
+from ascend_grad import ops, runtime_ext
+go, x = np.ones(1000, np.float32), np.linspace(-5, 5, 1000, dtype=np.float32)
+model = ops.make_node_model("SiluBackward", {"gradOutput": go, "self": x})
+session = ort.InferenceSession(model.SerializeToString(), runtime_ext.session_options(), providers=["CPUExecutionProvider"])
+out = session.run(None, {"gradOutput": go, "self": x})[0]
+assert np.allclose(out, ops.reference.silu_backward(go, x), rtol=1e-5, atol=1e-6)
+del session; gc.collect()   # onnxruntime unloads the library with the session options
+print("unloaded")
+"""
+
+
+def test_x86_64_wheel_process_exits_cleanly_after_the_library_is_unloaded(x86_env):
+    """A zig-built library left its static destructors in glibc's exit list after onnxruntime
+    unloaded it, and the process died at exit (SIGSEGV, status -11); linked -z nodelete it stays."""
+    done = x86_env.run(x86_env.python, "-c", _UNLOAD_AND_EXIT)
+    assert done.returncode == 0 and done.stdout.strip() == "unloaded", (done.returncode, done.stderr[-2000:])
+
+
+def test_wheel_keeps_the_installed_onnxruntime_flavour(wheelhouse, tmp_path):
+    """Installed into an environment holding onnxruntime-training-cpu, the wheel leaves it as it is
+    (no CPU onnxruntime over it) and its kernels run on that onnxruntime."""
+    if sys.version_info[:2] != (3, 11):
+        pytest.skip(f"onnxruntime-training-cpu 1.19.2 has wheels for CPython 3.11 on Linux x86_64; this is {sys.version}")
+    python, env = _venv(tmp_path / "env")
+    _pip_install(python, env, tmp_path, "onnxruntime-training-cpu==1.19.2", "numpy<2")
+    before = _installed(python, env, tmp_path)
+    _pip_install(python, env, tmp_path, wheelhouse["x86_64"])
+    after = _installed(python, env, tmp_path)
+    assert after["onnxruntime-training-cpu"] == before["onnxruntime-training-cpu"] == "1.19.2"
+    assert "onnxruntime" not in after and "ascend-grad" in after, after
+    done = _run([python, "-c", "import onnxruntime; print(onnxruntime.__version__)\n" + _UNLOAD_AND_EXIT], env, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1.19.2", "unloaded"]
+
+
+def test_aarch64_wheel_under_emulation(wheelhouse, tmp_path):
+    """The aarch64 wheel installed in an emulated aarch64 environment, with onnxruntime: it picks an
+    instruction set, the kernels agree with the function bodies (test_vs_function.py), and the
+    process exits cleanly after unloading the library.
+
+    Interface (build_support/aarch64_emulation.py, made by the aarch64 work):
+    `emulated_python(requirements) -> (python, env)`: the python of an aarch64 virtual environment
+    holding `requirements` (pip requirement strings; made once under build/ and kept), and the
+    environment variables a process running it needs (e.g. QEMU_LD_PREFIX)."""
+    path = REPO / "build_support" / "aarch64_emulation.py"
+    if not path.is_file():
+        pytest.skip("no emulated aarch64 environment in this checkout (build_support/aarch64_emulation.py)")
+    emulation = _load(path, "aarch64_emulation")
+    python, extra_env = emulation.emulated_python([f"{wheelhouse['aarch64']}[cpu]", "pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100"])
+    env = dict({k: v for k, v in os.environ.items() if not k.startswith("ASCEND_GRAD_")}, **extra_env, ASCEND_GRAD_VERBOSE="1")
+    done = _run([python, "-c", _UNLOAD_AND_EXIT], env, tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "unloaded", (done.returncode, done.stderr[-2000:])
+    assert len(_verbose_isas(done.stderr)) == 1, done.stderr
+    done = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/runtime_ext/test_vs_function.py"], env, REPO, timeout=1800)
+    assert done.returncode == 0 and re.search(r"\d+ passed", done.stdout), done.stdout[-4000:] + done.stderr[-2000:]
