@@ -127,6 +127,9 @@ def results(request):
         if name not in locks:  # wait for the worker that holds it
             with open(folder / f"{name}.lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
+            done = folder / f"{name}.id"
+            if not done.exists() or done.read_text() != run_id:
+                pytest.fail(f"the emulated {name} run left no result in this pytest run", pytrace=False)
         status, seconds, cpu = (folder / f"{name}.status").read_text().rsplit(" ", 2)
         out[name] = (status, (folder / f"{name}.log").read_text(), float(seconds), float(cpu))
     return out
