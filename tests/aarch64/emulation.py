@@ -52,6 +52,7 @@ TOOLS = ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100"]  # (pyproject's 
 VENVS = {
     "onnxruntime": ["onnxruntime==1.32.0", "numpy"],
     "onnxruntime-cann": ["onnxruntime-cann==1.24.4", "numpy<2"],
+    "wheelhouse": ["onnxruntime==1.32.0", "numpy"],  # (for a wheel of build_support/wheels: tests/test_wheels.py)
 }
 
 def _base_requirements() -> list[str]:
@@ -213,9 +214,9 @@ def _pip_target(site: Path, *requirements, what: str, no_deps=False):
           *(["--no-deps"] if no_deps else []), *requirements], what)
 
 
-def venv(name: str) -> Path:
-    """The python of the aarch64 virtual environment `name` (VENVS) with this repository's wheel
-    in it (installed again whenever the wheel was rebuilt)."""
+def venv(name: str, built: Path | None = None) -> Path:
+    """The python of the aarch64 virtual environment `name` (VENVS) with a wheel of this repository
+    in it: `built`, else the cross-built one (installed again whenever the wheel changes)."""
     folder = ROOT / "venvs" / name
     python = folder / "bin" / "python"
     site = folder / "lib" / "python3.11" / "site-packages"
@@ -227,21 +228,22 @@ def venv(name: str) -> Path:
              "python3.11 -m venv under emulation", env=environment())
         _pip_target(site, *VENVS[name], *BASE, *TOOLS, what=f"pip install (aarch64) {' '.join(VENVS[name])}")
         ready.write_text(wanted)
-    built = wheel()
-    installed = folder / "wheel"
-    if not installed.exists() or installed.read_text() != built.name + (built.parent / "stamp").read_text():
-        _pip_target(site, built, what="pip install (aarch64) the cross-built wheel", no_deps=True)
-        installed.write_text(built.name + (built.parent / "stamp").read_text())
+    built = built or wheel()
+    installed, identity = folder / "wheel", f"{built} {hashlib.sha256(built.read_bytes()).hexdigest()}"
+    if not installed.exists() or installed.read_text() != identity:
+        _pip_target(site, built, what=f"pip install (aarch64) {built.name}", no_deps=True)
+        installed.write_text(identity)
     return python
 
 
-def ready(name: str) -> Path:
-    """Everything set up (made where missing, one maker at a time) -> the python of venv `name`."""
+def ready(name: str, built: Path | None = None) -> Path:
+    """Everything set up (made where missing, one maker at a time) -> the python of venv `name`
+    (holding the wheel `built`, else the cross-built one)."""
     with _locked("setup"):
         host_tools()
         binfmt()
         sysroot()
-        python = venv(name)
+        python = venv(name, built)
     done = subprocess.run([python, "-c", "import platform; print(platform.machine())"], capture_output=True, text=True,
                           env=environment())
     if done.returncode != 0 or done.stdout.strip() != "aarch64":
@@ -250,5 +252,5 @@ def ready(name: str) -> Path:
 
 
 if __name__ == "__main__":
-    for name in VENVS:
+    for name in ("onnxruntime", "onnxruntime-cann"):
         print(name, ready(name))

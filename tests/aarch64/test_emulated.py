@@ -77,7 +77,7 @@ def _run_id(config) -> str:
 def results(request):
     """{run: (exit status, output, seconds, CPU seconds)} of the three runs, each made once per pytest run."""
     try:
-        pythons = {name: emulation.ready(name) for name in emulation.VENVS}
+        pythons = {venv: emulation.ready(venv) for venv in {venv for venv, _, _ in RUNS.values()}}
     except emulation.Unavailable as error:
         pytest.fail(f"aarch64 emulation unavailable: {error}", pytrace=False)
     folder = emulation.ROOT / "runs"
