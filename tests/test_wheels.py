@@ -15,6 +15,7 @@ import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -53,7 +54,7 @@ wheels_script = _load(REPO / "build_support" / "wheels", "build_support_wheels")
 def wheelhouse(tmp_path_factory):
     """{arch: path} of the two wheels, built by build_support/wheels for this session."""
     out = tmp_path_factory.mktemp("wheelhouse")
-    done = subprocess.run([sys.executable, REPO / "build_support" / "wheels", "-o", out], capture_output=True, text=True)
+    done = _run([sys.executable, REPO / "build_support" / "wheels", "-o", out], os.environ, REPO, timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = {arch: sorted(out.glob(f"*_{arch}.whl")) for arch in ARCHES}
     assert all(len(paths) == 1 for paths in found.values()), found
@@ -74,7 +75,18 @@ def _venv(folder: Path) -> tuple[Path, dict]:
 
 
 def _run(command, env, cwd, timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    """`command` run to its end, or failing the test after `timeout` s with what it printed (its whole
+    process group killed: a pytest's workers or a build's compilers would hold the pipes open)."""
+    command = [str(c) for c in command]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"still running after {timeout} s, killed: {' '.join(command)}\n{stdout[-3000:]}{stderr[-3000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def _pip_install(python, env, cwd, *requirements):
