@@ -279,6 +279,25 @@ def broadcast_pair(draw):
     return one(), one()
 
 
+def fit(N, G, Cg, spatial):
+    """(N, G, spatial) made small enough for N * G*Cg * HxW <= MAX_ELEMENTS: fewer groups, and when
+    that is not enough one sample and spatial dims of at most 33; where even that is too big, the
+    largest dim goes down the small sizes. (Without that last step a rank-8 case such as 17 x 33 x 3^5
+    never fitted, and the draw looped for ever: a hung CI run.)"""
+    def size():
+        return N * G * Cg * int(np.prod(spatial))
+
+    while size() > MAX_ELEMENTS:
+        if G == 1 and N == 1 and all(d <= 33 for d in spatial):
+            k = int(np.argmax(spatial))
+            spatial = (*spatial[:k], max(s for s in [1, *SMALL_SIZES] if s < spatial[k]), *spatial[k + 1:])
+            continue
+        G = max(1, G // 2)
+        if size() > MAX_ELEMENTS:
+            N, spatial = 1, tuple(min(d, 33) for d in spatial)
+    return N, G, spatial
+
+
 @st.composite
 def group_norm_case(draw, grad):
     """(shape in NCHW terms, G, data_format) with rank 2..8, M = C/G * HxW never 2 (nor 3 for grad)."""
@@ -292,13 +311,8 @@ def group_norm_case(draw, grad):
         size = draw(st.sampled_from(SMALL_SIZES + [4095, 4097] if rank <= 4 else SMALL_SIZES))
         spatial = [size] + [draw(st.sampled_from([1, 1, 2, 3])) for _ in range(rank - 3)]
         spatial = tuple(draw(st.permutations(spatial)))
+    N, G, spatial = fit(N, G, Cg, spatial)
     C = G * Cg
-    while N * C * int(np.prod(spatial)) > MAX_ELEMENTS:
-        G = max(1, G // 2)
-        C = G * Cg
-        if N * C * int(np.prod(spatial)) > MAX_ELEMENTS:
-            N = 1
-            spatial = tuple(min(d, 33) for d in spatial)
     M = Cg * int(np.prod(spatial))
     assume(M != 2 and not (grad and M == 3))
     return (N, C, *spatial), G, draw(st.sampled_from(["NCHW", "NHWC"]))
@@ -363,6 +377,18 @@ def _elementwise_case(op_type, reference, root, go_shape, x_shape, go_dtype, x_d
         names = {"gradOutput": (go_dtype, _names("g", len(go_shape))), "self": (x_dtype, _names("x", len(x_shape)))}
     out = _run(_session(op_type, names, threads), {"gradOutput": go, "self": x})["gradInput"]
     _check(out, ref, "gradInput", out_dtype)
+
+
+@pytest.mark.parametrize("N, G, Cg, spatial", [(3, 32, 17, (65, 3, 3, 3, 3, 3)), (3, 32, 17, (4097, 3)), (2, 8, 16, (65, 3, 3, 3, 3, 2)),
+                                             (1, 1, 17, (33,) * 6), (3, 4, 5, (7, 2)), (1, 1, 1, ())])
+def test_every_group_norm_case_fits(N, G, Cg, spatial):
+    """The sizes the strategy draws always come down within MAX_ELEMENTS (the largest ranks and
+    sizes included), and a case that fits is left as drawn."""
+    n, g, dims = fit(N, G, Cg, spatial)
+    assert n * g * Cg * int(np.prod(dims)) <= MAX_ELEMENTS and len(dims) == len(spatial)
+    assert 1 <= n <= N and 1 <= g <= G and all(1 <= d <= s for d, s in zip(dims, spatial))
+    if N * G * Cg * int(np.prod(spatial)) <= MAX_ELEMENTS:
+        assert (n, g, dims) == (N, G, spatial)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
