@@ -109,7 +109,7 @@ class X86Env:
         _pip_install(self.python, self.env, folder, wheel)
         self.packages_alone = _installed(self.python, self.env, folder)
         self.without_onnxruntime = _run([self.python, "-c", "import ascend_grad"], self.env, folder)
-        _pip_install(self.python, self.env, folder, f"{wheel}[cpu]", "pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100")
+        _pip_install(self.python, self.env, folder, f"{wheel}[cpu]", "pytest>=8", "pytest-xdist>=3.6", "pytest-timeout>=2.3", "hypothesis>=6.100")
 
     def run(self, *command, cwd=None, **env):
         return _run(command, dict(self.env, **env), cwd or self.folder)

@@ -47,7 +47,7 @@ SYSROOT_PACKAGES = ["python3.11-minimal", "libpython3.11-minimal", "libpython3.1
                     "libsqlite3-0", "libuuid1", "libcrypt1", "libncursesw6", "libtinfo6", "libreadline8", "libdb5.3"]
 # what pip may install into the sysroot's python (glibc 2.36)
 PLATFORMS = ["linux_aarch64", "manylinux2014_aarch64"] + [f"manylinux_2_{minor}_aarch64" for minor in range(17, 37)]
-TOOLS = ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6.100"]  # (pyproject's addopts name xdist's options)
+TOOLS = ["pytest>=8", "pytest-xdist>=3.6", "pytest-timeout>=2.3", "hypothesis>=6.100"]  # (pyproject's addopts and ini name them)
 # the two environments: (name, packages); numpy 1 for onnxruntime-cann, which its metadata does not say
 VENVS = {
     "onnxruntime": ["onnxruntime==1.32.0", "numpy"],

@@ -60,7 +60,7 @@ RUNS = {
     "cann": ("onnxruntime-cann", ["tests/runtime_ext/test_cann_kernels.py", "tests/aarch64/emulated_cann_session.py"],
              {"CC": "aarch64-linux-gnu-gcc"}),
 }
-TIMEOUT = 2400  # s, each run (a guard against a hang: a run takes 3-6 minutes on 2 idle cores)
+TIMEOUT = 1200  # s, each run (a guard against a hang, before pytest-timeout's 1500 s: a run takes 2.5-6 minutes)
 
 
 def _run_id(config) -> str:
