@@ -86,6 +86,15 @@ def bound_for(model: onnx.ModelProto) -> float:
     return 2 * TOLERANCE[np.dtype(np.float32)]
 
 
+def fused_graph_bound(model: onnx.ModelProto) -> float:
+    """The bound the tests hold a fused graph's outputs to against the graph as written: bound_for's
+    in float16 and bfloat16, where each graph rounds in its own places and either may lie SPEC.md's
+    bound from the exact result (a weight gradient of silu_mlp.aot.fp16 differed by 1.15e-3, and of
+    resblock.aot.fp16 by 1.29e-3, with the fusions exact); SPEC.md's own bound in float32."""
+    bound = bound_for(model)
+    return bound / 2 if bound == 2 * TOLERANCE[np.dtype(np.float32)] else bound
+
+
 def compare_models(original_path: str, fused_path: str, seed: int = 0, memory_budget: int = DEFAULT_MEMORY) -> dict:
     """Run both (the fused one with the kernel library) on the same random inputs; relative errors
     max |fused - original| / max |original| per output, and the bound they are held to. Inputs
