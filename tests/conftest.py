@@ -152,7 +152,7 @@ def installed_beside(tmp_path_factory):
 
     def make(folder, distribution):
         venv.create(folder / "env", with_pip=True)
-        pip = [folder / "env" / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        pip = [folder / "env" / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
         subprocess.run([*pip, distribution, "numpy<2"], check=True)
         # one build at a time: pip builds the repository in its one build folder (build/<wheel tag>)
         with _locked(_shared_folder(tmp_path_factory, "beside-build.lock")):

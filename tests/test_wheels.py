@@ -90,7 +90,7 @@ def _run(command, env, cwd, timeout=900) -> subprocess.CompletedProcess:
 
 
 def _pip_install(python, env, cwd, *requirements):
-    done = _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements], env, cwd)
+    done = _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *requirements], env, cwd)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
