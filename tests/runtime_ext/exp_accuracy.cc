@@ -35,13 +35,19 @@ int main(int argc, char** argv) {
     ExpOf(in, out);
     for (size_t l = 0; l < kLanes; ++l) {
       const double exact = std::exp(static_cast<double>(in[l]));
-      if (static_cast<float>(exact) < std::numeric_limits<float>::min()) {
-        worst_subnormal = std::max(worst_subnormal, std::fabs(out[l] - exact) / std::ldexp(1.0, -149));
+      const float rounded = static_cast<float>(exact);
+      if (rounded < std::numeric_limits<float>::min()) {
+        worst_subnormal = std::max(worst_subnormal, std::fabs(out[l] - exact) * 0x1p149);
         continue;
       }
-      int exponent;
-      std::frexp(static_cast<float>(exact), &exponent);
-      const double error = std::fabs(out[l] - exact) / std::ldexp(1.0, exponent - 24);
+      // one ulp of the float result, 2^(e - 23) for a result in [2^e, 2^(e+1)): its exponent bits as a
+      // double's (a power of two, so the product below is the quotient exactly, without a division)
+      uint32_t bits;
+      std::memcpy(&bits, &rounded, sizeof bits);
+      const uint64_t inverse_ulp_bits = static_cast<uint64_t>(1023 + 127 + 23 - (bits >> 23)) << 52;
+      double inverse_ulp;
+      std::memcpy(&inverse_ulp, &inverse_ulp_bits, sizeof inverse_ulp);
+      const double error = std::fabs(out[l] - exact) * inverse_ulp;
       ++normal;
       above_one += error > 1.0;
       if (error > worst) {

@@ -3,7 +3,7 @@ double exp over EVERY float argument in [-104.5, 0] (1.12e9 of them), once per d
 AVX-512 (a 16-entry table of 2^(j/16) and a cubic), AVX2 and NEON (one degree-6 polynomial, the
 same operations) and the portable scalar path. avx512bf16 compiles the AVX-512 path unchanged. The
 bounds are the measured worst errors rounded up in the third digit, so a change that loses accuracy
-anywhere fails here. The builds run at once (about 45 s on two cores, the scalar one the slowest);
+anywhere fails here. The builds run at once (30 s on two cores, 34 s of CPU, the scalar one the slowest);
 the harness is built with the library's -ffp-contract=off, by $CXX if set (the cross compiler under
 emulation, tests/aarch64), and ASCEND_GRAD_EXP_STEP=k checks every k-th argument only (emulation)."""
 
