@@ -2,7 +2,8 @@
 auditwheel judges it; the x86_64 one installs and runs the demo and the kernel tests in a fresh
 environment with no compiler, cmake or npm, on the widest instruction set the CPU has; installed
 beside an onnxruntime flavour it keeps that flavour. The aarch64 one runs its smoke test under
-emulation where the emulated aarch64 environment exists (build_support/aarch64_emulation.py).
+emulation, in the emulated aarch64 host of tests/aarch64/emulation.py (made where missing; where it
+cannot be, the test fails saying why).
 
 The wheels are built once per session into the session's own folder; the build itself (CMake's
 folders, the tools' environment) is kept under build/wheels/ between sessions and locked, so that

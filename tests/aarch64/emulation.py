@@ -99,16 +99,18 @@ def _apt_get(*args, what: str):
 
 
 def host_tools():
-    """The cross compiler, qemu-user-static and binfmt-support, installed by apt-get if missing."""
-    missing = [package for tool, package in HOST_PACKAGES.items() if shutil.which(tool) is None]
-    if not missing:
-        return
-    if shutil.which("apt-get") is None:
-        raise Unavailable(f"aarch64 emulation needs {', '.join(missing)} and there is no apt-get to install them")
-    if os.geteuid() != 0:
-        raise Unavailable(f"aarch64 emulation needs {', '.join(missing)}: apt-get install needs root")
-    _apt_get("update", what="apt-get update")
-    _apt_get("install", "-y", "--no-install-recommends", *missing, what=f"apt-get install {' '.join(missing)}")
+    """The cross compiler, qemu-user-static and binfmt-support, installed by apt-get if missing (one
+    installer at a time: tests/runtime_ext/test_x86_features.py's qemu-x86_64 comes from here too)."""
+    with _locked("host-tools"):
+        missing = [package for tool, package in HOST_PACKAGES.items() if shutil.which(tool) is None]
+        if not missing:
+            return
+        if shutil.which("apt-get") is None:
+            raise Unavailable(f"aarch64 emulation needs {', '.join(missing)} and there is no apt-get to install them")
+        if os.geteuid() != 0:
+            raise Unavailable(f"aarch64 emulation needs {', '.join(missing)}: apt-get install needs root")
+        _apt_get("update", what="apt-get update")
+        _apt_get("install", "-y", "--no-install-recommends", *missing, what=f"apt-get install {' '.join(missing)}")
 
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")

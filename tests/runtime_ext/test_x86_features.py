@@ -3,6 +3,7 @@ builds the wheels, answers no to every __builtin_cpu_supports) against GCC's bui
 and on the CPU models qemu emulates (with and without AVX2, Intel's and AMD's). Which table the
 library then picks is checked against /proc/cpuinfo in test_library."""
 
+import importlib.util
 import re
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 HARNESS = Path(__file__).with_name("x86_features_probe.cc")
 SOURCES = Path(__file__).resolve().parents[2] / "runtime_ext"  # (the checkout's: the installed package has no C++)
-QEMU = shutil.which("qemu-x86_64-static") or shutil.which("qemu-x86_64")
+EMULATION = Path(__file__).resolve().parents[1] / "aarch64" / "emulation.py"
 # qemu 7.2 (Debian 12) emulates AVX2 but no AVX-512: for these models only the expected facts are
 # fixed, the AVX-512 ones come from agreement; models qemu does not know are skipped
 MODELS = {
@@ -58,10 +59,27 @@ def test_agrees_with_the_builtins_on_this_cpu(probe):
     assert cpuid["avx512bf16"] == int(cpuid["avx512"] == 1 and "avx512_bf16" in flags)
 
 
-@pytest.mark.skipif(QEMU is None, reason="needs qemu-x86_64 (Debian's qemu-user-static)")
+@pytest.fixture(scope="module")
+def qemu() -> str:
+    """qemu-x86_64 from Debian's qemu-user-static, which the emulated aarch64 host's set-up installs
+    where missing (as root, apt-get): a fresh machine runs these cases too, or fails saying why."""
+    found = shutil.which("qemu-x86_64-static") or shutil.which("qemu-x86_64")
+    if found is None:
+        spec = importlib.util.spec_from_file_location("aarch64_emulation", EMULATION)
+        emulation = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(emulation)
+        try:
+            emulation.host_tools()
+        except emulation.Unavailable as error:
+            pytest.fail(f"qemu-x86_64 unavailable: {error}", pytrace=False)
+        found = shutil.which("qemu-x86_64-static")
+        assert found, "qemu-user-static installed but no qemu-x86_64-static on PATH"
+    return found
+
+
 @pytest.mark.parametrize("model", MODELS)
-def test_agrees_with_the_builtins_on_emulated_cpus(probe, model):
-    done = subprocess.run([QEMU, "-cpu", model, str(probe)], capture_output=True, text=True)
+def test_agrees_with_the_builtins_on_emulated_cpus(probe, qemu, model):
+    done = subprocess.run([qemu, "-cpu", model, str(probe)], capture_output=True, text=True)
     if "unable to find CPU model" in done.stderr:
         pytest.skip(f"this qemu has no {model}")
     assert done.returncode == 0, done.stderr
