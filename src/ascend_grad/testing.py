@@ -235,3 +235,18 @@ def trimmed(count: int) -> int:
     if not 0.0 < fraction <= 1.0:
         raise ValueError(f"ASCEND_GRAD_TEST_FRACTION must be in (0, 1], got {fraction}")
     return max(1, math.ceil(count * fraction))
+
+
+def library_copy(prefix: str) -> str:
+    """A private copy of the kernel library, in a folder of its own that is removed when the process
+    exits (a mapped library may be unlinked): a library rebuilt in place under a session crashes it,
+    and a copy loads as a library of its own, which reads its environment once, when registered."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from ascend_grad import runtime_ext
+
+    folder = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, folder, True)
+    return shutil.copy(runtime_ext.library_path(), folder)

@@ -15,16 +15,14 @@ under each instruction set.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from ascend_grad import ops, runtime_ext
-from ascend_grad.testing import FLOAT_DTYPES, placed, to_ort_value, trimmed
+from ascend_grad import ops
+from ascend_grad.testing import FLOAT_DTYPES, library_copy, placed, to_ort_value, trimmed
 
 F32, F16, BF16 = FLOAT_DTYPES["float32"], FLOAT_DTYPES["float16"], FLOAT_DTYPES["bfloat16"]
 
@@ -78,7 +76,7 @@ def _library(stream_walk: str | None) -> str:
     mapped library overwritten under a session crashes it. Each copy loads as a library of its own,
     which reads ASCEND_GRAD_STREAM_WALK once, when first registered (None: the CPU's own rule)."""
     if stream_walk not in _LIBRARIES:
-        _LIBRARIES[stream_walk] = shutil.copy(runtime_ext.library_path(), tempfile.mkdtemp(prefix="ascend_grad_offsets_"))
+        _LIBRARIES[stream_walk] = library_copy("ascend_grad_offsets_")
     return _LIBRARIES[stream_walk]
 
 

@@ -47,11 +47,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
-from ascend_grad import ops, runtime_ext
+from ascend_grad import ops
 
 # inf - inf and the like inside the references and assert_close, on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-from ascend_grad.testing import FLOAT_DTYPES, TOLERANCE, _from_ort_value, assert_close, away_from, to_ort_value, trimmed
+from ascend_grad.testing import FLOAT_DTYPES, TOLERANCE, _from_ort_value, assert_close, away_from, library_copy, to_ort_value, trimmed
 
 F32, F16, BF16 = FLOAT_DTYPES["float32"], FLOAT_DTYPES["float16"], FLOAT_DTYPES["bfloat16"]
 DTYPES = [F32, F16, BF16]
@@ -107,11 +107,7 @@ def _library() -> str:
     """A private copy of the kernel library, taken once per run: the library is rebuilt in place
     while others work in this checkout, and a mapped library overwritten under a session crashes it."""
     if not _LIBRARY:
-        import shutil
-        import tempfile
-
-        folder = tempfile.mkdtemp(prefix="ascend_grad_props_")
-        _LIBRARY.append(shutil.copy(runtime_ext.library_path(), folder))
+        _LIBRARY.append(library_copy("ascend_grad_props_"))
     return _LIBRARY[0]
 
 
