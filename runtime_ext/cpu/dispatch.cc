@@ -1,4 +1,5 @@
 // Which kernel table runs: chosen when the library is registered, from what the CPU has.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +46,7 @@ namespace {
 
 KernelTable g_table = GenericTable();
 bool g_streams_walk_by_gap = true;
+int64_t g_stream_bytes = kStreamBytes;
 SlabRuns g_slab_runs = SlabRuns::kByL2;
 
 bool Built(const char* isa) {
@@ -111,6 +113,20 @@ int EnvChoice(const char* name, const char* yes, const char* no) {
   return -1;
 }
 
+// The positive number of bytes the environment variable `name` gives, else `fallback` (where it
+// is unset or empty; anything else is reported on stderr and ignored)
+int64_t EnvBytes(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value, &end, 10);
+  if (*end != '\0' || parsed <= 0) {
+    std::fprintf(stderr, "ascend-grad: %s=%s is not a positive number of bytes\n", name, value);
+    return fallback;
+  }
+  return static_cast<int64_t>(parsed);
+}
+
 }  // namespace
 
 void SelectKernels() {
@@ -134,6 +150,7 @@ void SelectKernels() {
   g_streams_walk_by_gap = walk < 0 ? !IsIntel() : walk == 1;
   const int runs = EnvChoice("ASCEND_GRAD_SLAB_RUNS", "on", "off");
   g_slab_runs = runs < 0 ? SlabRuns::kByL2 : runs == 1 ? SlabRuns::kOn : SlabRuns::kOff;
+  g_stream_bytes = EnvBytes("ASCEND_GRAD_STREAM_BYTES", kStreamBytes);
   if (std::getenv("ASCEND_GRAD_VERBOSE") != nullptr) {
     std::fprintf(stderr, "ascend-grad: %s kernels, streams walk %s, slab runs %s\n", g_table.isa,
                  g_streams_walk_by_gap ? "by page gap" : "forward",
@@ -146,6 +163,8 @@ const KernelTable& Kernels() { return g_table; }
 bool StreamsWalkByGap() { return g_streams_walk_by_gap; }
 
 SlabRuns SlabRunsRule() { return g_slab_runs; }
+
+int64_t StreamBytes() { return g_stream_bytes; }
 
 void* ThreadScratch(size_t bytes, int slot) {
   thread_local std::vector<unsigned char> buffers[4];

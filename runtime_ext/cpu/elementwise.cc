@@ -2,25 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 
 namespace ascend_grad {
-
-int64_t StreamBytes() {
-  static const int64_t bytes = [] {
-    const char* value = std::getenv("ASCEND_GRAD_STREAM_BYTES");
-    if (value == nullptr || *value == '\0') return kStreamBytes;
-    char* end = nullptr;
-    const long long parsed = std::strtoll(value, &end, 10);
-    if (*end != '\0' || parsed <= 0) {
-      std::fprintf(stderr, "ascend-grad: ASCEND_GRAD_STREAM_BYTES=%s is not a positive number of bytes\n", value);
-      return kStreamBytes;
-    }
-    return static_cast<int64_t>(parsed);
-  }();
-  return bytes;
-}
 
 bool BroadcastPlan::Build(const std::vector<int64_t>& dy_shape, const std::vector<int64_t>& x_shape) {
   const size_t rank = dy_shape.size() > x_shape.size() ? dy_shape.size() : x_shape.size();

@@ -12,8 +12,8 @@ namespace ascend_grad {
 // Outputs from 32 MiB on bypass the caches (measured: 16M float SiluBackward 16.3 -> 12.7 ms on
 // one core); smaller ones stay cached for the next op to read.
 constexpr int64_t kStreamBytes = int64_t{32} << 20;
-// kStreamBytes, or ASCEND_GRAD_STREAM_BYTES=<bytes> (read once, at the first call): for tests that
-// take the streamed paths on small arrays (the emulated aarch64 runs, tests/aarch64)
+// kStreamBytes, or ASCEND_GRAD_STREAM_BYTES=<bytes> (chosen in SelectKernels): for tests that take
+// the streamed paths on small arrays (the emulated aarch64 runs, tests/aarch64)
 int64_t StreamBytes();
 
 // out[i] = f(dy[i], x[i]) for i < n; an input marked broadcast is one value used for every i.
