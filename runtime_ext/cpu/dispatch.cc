@@ -47,6 +47,7 @@ namespace {
 KernelTable g_table = GenericTable();
 bool g_streams_walk_by_gap = true;
 int64_t g_stream_bytes = kStreamBytes;
+int64_t g_sample_scratch_bytes = kSampleScratchBytes;
 SlabRuns g_slab_runs = SlabRuns::kByL2;
 
 bool Built(const char* isa) {
@@ -151,10 +152,13 @@ void SelectKernels() {
   const int runs = EnvChoice("ASCEND_GRAD_SLAB_RUNS", "on", "off");
   g_slab_runs = runs < 0 ? SlabRuns::kByL2 : runs == 1 ? SlabRuns::kOn : SlabRuns::kOff;
   g_stream_bytes = EnvBytes("ASCEND_GRAD_STREAM_BYTES", kStreamBytes);
+  g_sample_scratch_bytes = EnvBytes("ASCEND_GRAD_SAMPLE_SCRATCH_BYTES", kSampleScratchBytes);
   if (std::getenv("ASCEND_GRAD_VERBOSE") != nullptr) {
     std::fprintf(stderr, "ascend-grad: %s kernels, streams walk %s, slab runs %s\n", g_table.isa,
                  g_streams_walk_by_gap ? "by page gap" : "forward",
                  g_slab_runs == SlabRuns::kByL2 ? "by L2 size" : g_slab_runs == SlabRuns::kOn ? "on" : "off");
+    std::fprintf(stderr, "ascend-grad: outputs streamed from %lld bytes, NHWC sample scratch up to %lld bytes\n",
+                 static_cast<long long>(g_stream_bytes), static_cast<long long>(g_sample_scratch_bytes));
   }
 }
 
@@ -165,6 +169,8 @@ bool StreamsWalkByGap() { return g_streams_walk_by_gap; }
 SlabRuns SlabRunsRule() { return g_slab_runs; }
 
 int64_t StreamBytes() { return g_stream_bytes; }
+
+int64_t SampleScratchBytes() { return g_sample_scratch_bytes; }
 
 void* ThreadScratch(size_t bytes, int slot) {
   thread_local std::vector<unsigned char> buffers[4];

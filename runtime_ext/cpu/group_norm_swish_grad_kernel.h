@@ -204,9 +204,8 @@ void GroupNormGradSlabs(const GroupNormGradArgs& a, int64_t first, int64_t count
 // rstd and coefficients. A whole sample is too big for L2: g waits for pass 2 in memory, so pass 2
 // pays no exp - float keeps it in dx ((2, 64, 64, 320) G = 32, one thread, Intel Xeon, 5
 // placements, 2.63-2.80 -> 1.96-2.05 ms), the half types in a float scratch of the sample's size
-// up to kSampleScratchBytes (a buffer each pool thread keeps); past it they compute g again in
-// pass 2, with the same arithmetic (the same bits).
-constexpr int64_t kSampleScratchBytes = int64_t{16} << 20;
+// up to SampleScratchBytes() (a buffer each pool thread keeps; kSampleScratchBytes in kernels.h);
+// past it they compute g again in pass 2, with the same arithmetic (the same bits).
 
 // lanes of the channel vector starting at channel c of C (the last one may be partial)
 inline size_t ChannelLanes(int64_t C, int64_t c) {
@@ -246,7 +245,7 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
   }
   // where g waits between the passes, or nullptr: computed again
   float* g_kept = std::is_same_v<T, float> ? reinterpret_cast<float*>(dx)
-                  : HxW * C <= kSampleScratchBytes / static_cast<int64_t>(sizeof(float))
+                  : HxW * C <= SampleScratchBytes() / static_cast<int64_t>(sizeof(float))
                       ? Scratch(static_cast<size_t>(HxW * C), 0)
                       : nullptr;
   const Vec scale = Vec::Broadcast(a.swish_scale);

@@ -12,9 +12,17 @@ namespace ascend_grad {
 // Outputs from 32 MiB on bypass the caches (measured: 16M float SiluBackward 16.3 -> 12.7 ms on
 // one core); smaller ones stay cached for the next op to read.
 constexpr int64_t kStreamBytes = int64_t{32} << 20;
+// NHWC half-type samples up to 16 MiB of float keep g between GroupNormSwishGrad's passes
+constexpr int64_t kSampleScratchBytes = int64_t{16} << 20;
 // kStreamBytes, or ASCEND_GRAD_STREAM_BYTES=<bytes> (chosen in SelectKernels): for tests that take
 // the streamed paths on small arrays (the emulated aarch64 runs, tests/aarch64)
 int64_t StreamBytes();
+
+// Up to how many bytes NHWC GroupNormSwishGrad keeps g of a half-type sample in a float scratch
+// (group_norm_swish_grad_kernel.h): kSampleScratchBytes, or
+// ASCEND_GRAD_SAMPLE_SCRATCH_BYTES=<bytes> (chosen in SelectKernels), for tests that take both sides
+// on small samples (the emulated aarch64 runs, tests/aarch64)
+int64_t SampleScratchBytes();
 
 // out[i] = f(dy[i], x[i]) for i < n; an input marked broadcast is one value used for every i.
 // stream: the output is far bigger than the caches, write it around them (non-temporal stores).
