@@ -1,8 +1,8 @@
 """Every input SPEC.md rejects makes the kernel return an error status: Python gets an exception that
 names the op and the values. The rejected inputs run one after another in one child process (a
 process start costs 1.3 s under emulation, tests/aarch64); a case that kills it is run again in a
-process of its own, so a crash shows as that case's failure. Each injected exception runs in its own
-process (the library reads ASCEND_GRAD_TEST_THROW when it is registered)."""
+process of its own, so a crash shows as that case's failure. The injected exceptions run so too, each
+with a copy of the library of its own (a copy reads ASCEND_GRAD_TEST_THROW when it is registered)."""
 
 import json
 import os
@@ -15,18 +15,25 @@ import pytest
 # the parent: the child imports no onnx, whose import is most of a process's start under emulation),
 # and prints a line per case saying what was raised, as soon as it is known.
 CHILD = r"""
-import json, sys
+import json, os, shutil, sys
 import numpy as np, onnxruntime as ort
 from ascend_grad import runtime_ext
 dtypes = {"float": np.float32, "float16": np.float16}
 ort.set_default_logger_severity(4)  # (each rejection logs an error: stderr keeps what a crash says)
-for name, case, path in json.load(open(sys.argv[1])):
+for name, case, path, throw in json.load(open(sys.argv[1])):
     # an empty tensor with huge dims (numpy refuses to describe it) is made by onnxruntime itself
     feeds = {n: ort.OrtValue.ortvalue_from_shape_and_type(list(s), dtypes[t]) if 0 in s else
                 ort.OrtValue.ortvalue_from_numpy(np.ones(s, dtype=dtypes[t])) for n, t, s in case["inputs"]}
+    library = runtime_ext.library_path()
+    if throw is not None:  # (the copy reads it when registered: in the try below)
+        os.environ["ASCEND_GRAD_TEST_THROW"] = throw
+        library = shutil.copy(library, path + ".so")
     try:
-        session = ort.InferenceSession(open(path, "rb").read(), runtime_ext.session_options(), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        options.register_custom_ops_library(library)
+        session = ort.InferenceSession(open(path, "rb").read(), options, providers=["CPUExecutionProvider"])
         session.run_with_ort_values(case["outputs"], feeds)
+        del session  # (its kernels destroyed before the case is reported)
     except Exception as error:
         said = f"RAISED {type(error).__name__} {error}"
     else:
@@ -51,22 +58,25 @@ def _model(case) -> bytes:
     return model.SerializeToString()
 
 
-def _run_cases(cases, folder, env=None) -> dict:
-    """{name: what the child printed for it} for cases {name: case}, run in one child process; a
-    case the child did not get through gets "DIED <exit status>: <stderr>" and the rest run again."""
+def _run_cases(cases, folder, throws=None) -> dict:
+    """{name: what the child printed for it} for cases {name: case}, run in one child process (with
+    the ASCEND_GRAD_TEST_THROW that throws {name: spec} gives, if any); a case the child did not get
+    through gets "DIED <exit status>: <stderr>" and the rest run again."""
+    throws = throws or {}
     listed = []
     for k, (name, case) in enumerate(cases.items()):
         path = folder / f"case{k}.onnx"
         path.write_bytes(_model(case))
-        listed.append((name, case, str(path)))
+        listed.append((name, case, str(path), throws.get(name)))
     plan = folder / "cases.json"
     plan.write_text(json.dumps(listed))
+    env = {k: v for k, v in os.environ.items() if k != "ASCEND_GRAD_TEST_THROW"}
     done = subprocess.run([sys.executable, "-c", CHILD, str(plan)], capture_output=True, text=True, timeout=600, env=env)
     said = dict(json.loads(line) for line in done.stdout.splitlines() if line.startswith("["))
     left = [name for name in cases if name not in said]
     if left:  # the child died in left[0]: the others get a process of their own
         said[left[0]] = f"DIED {done.returncode}: {done.stderr[-2000:]}"
-        said.update(_run_cases({name: cases[name] for name in left[1:]}, folder, env) if left[1:] else {})
+        said.update(_run_cases({name: cases[name] for name in left[1:]}, folder, throws) if left[1:] else {})
     return said
 
 
@@ -170,10 +180,17 @@ THROWS = {
 }
 
 
+@pytest.fixture(scope="module")
+def thrown(tmp_path_factory):
+    """What the child said for each of THROWS."""
+    return _run_cases({name: _case(*case) for name, (_, case, _) in THROWS.items()}, tmp_path_factory.mktemp("thrown"),
+                      throws={name: spec for name, (spec, _, _) in THROWS.items()})
+
+
 @pytest.mark.parametrize("name", THROWS)
-def test_an_exception_inside_the_library_becomes_a_status(name, tmp_path):
+def test_an_exception_inside_the_library_becomes_a_status(name, thrown):
     spec, case, expected = THROWS[name]
-    said = _run_cases({name: _case(*case)}, tmp_path, env=dict(os.environ, ASCEND_GRAD_TEST_THROW=spec))[name]
+    said = thrown[name]
     assert not said.startswith("DIED"), f"the process died: {said}"
     if expected is None:
         assert said.startswith("NO ERROR"), said

@@ -51,6 +51,7 @@ def test_kernels_run_a_model_with_no_function_body(rng):
 
 
 # every instruction set but the one the library picks here, which this run's own op tests use
+STREAM_BYTES = str(1 << 20)
 OTHER_ISAS = [isa for isa in runtime_ext.ISA_FEATURES if isa != runtime_ext.runnable_isas()[0]]
 
 
@@ -58,11 +59,14 @@ OTHER_ISAS = [isa for isa in runtime_ext.ISA_FEATURES if isa != runtime_ext.runn
 @pytest.mark.parametrize("isa", OTHER_ISAS)
 def test_every_instruction_set_passes_the_op_tests(isa):
     """The op tests' kernel cases and the page-offset tests again, with the library forced onto each
-    other instruction set."""
+    other instruction set. Outputs are streamed from 1 MiB (STREAM_BYTES), as in the emulated aarch64
+    runs: each table's streamed paths on arrays 32 times smaller (this run's own page-offset tests
+    take them at the library's 32 MiB, on the table it picks). The streamed cases were 71 of these
+    runs' 82 s of CPU at 32 MiB, the portable table's 41."""
     missing = [flag for flag in runtime_ext.ISA_FEATURES[isa] if flag not in runtime_ext.cpu_flags()]
     if missing:
         pytest.skip(f"this CPU lacks {missing}")
-    env = dict(os.environ, ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1")
+    env = dict(os.environ, ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1", ASCEND_GRAD_STREAM_BYTES=STREAM_BYTES)
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-k", "kernels", "-p", "no:cacheprovider", "-s", str(REPO / "tests" / "ops"),
                str(REPO / "tests" / "runtime_ext" / "test_offsets.py")]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
@@ -117,6 +121,17 @@ def test_slab_runs_follow_the_l2_size_or_the_environment():
     bad = _verbose_line(ASCEND_GRAD_SLAB_RUNS="always")
     assert "ASCEND_GRAD_SLAB_RUNS=always is neither on nor off" in bad
     assert ", slab runs by L2 size\n" in bad
+
+
+def test_sizes_follow_the_environment():
+    """ASCEND_GRAD_STREAM_BYTES and ASCEND_GRAD_SAMPLE_SCRATCH_BYTES are what ASCEND_GRAD_VERBOSE
+    reports (32 and 16 MiB by default); anything but a positive number is reported and ignored."""
+    line = "ascend-grad: outputs streamed from {} bytes, NHWC sample scratch up to {} bytes\n"
+    assert line.format(32 << 20, 16 << 20) in _verbose_line()
+    assert line.format(4096, 1 << 20) in _verbose_line(ASCEND_GRAD_STREAM_BYTES="4096", ASCEND_GRAD_SAMPLE_SCRATCH_BYTES=str(1 << 20))
+    bad = _verbose_line(ASCEND_GRAD_SAMPLE_SCRATCH_BYTES="1e6")
+    assert "ASCEND_GRAD_SAMPLE_SCRATCH_BYTES=1e6 is not a positive number of bytes" in bad
+    assert line.format(32 << 20, 16 << 20) in bad
 
 
 def test_stream_threshold_follows_the_environment():

@@ -39,6 +39,9 @@ ASAN_OPTIONS = ":".join([
     "allocator_may_return_null=1",  # an oversized request is a bad_alloc (as in production), not a report
 ])
 UBSAN_OPTIONS = "print_stacktrace=1:halt_on_error=1"
+# outputs streamed from 1 MiB (the library reads it): the streamed heads and walks on arrays 32 times
+# smaller than at the library's 32 MiB (at that size they were about a fifth of the job's time)
+STREAM_BYTES = str(1 << 20)
 REPORTS = ["ERROR: AddressSanitizer", "runtime error:", "new-delete-type-mismatch", "ERROR: LeakSanitizer", "SUMMARY: "]
 
 # Runs under the sanitizers with one instruction set: every case, then releases everything and exits.
@@ -170,10 +173,11 @@ for a, b in itertools.product(DT, repeat=2):
     if a == b == F32:
         reject(s, {"gradOutput": to_ort_value(np.ones((0, 4), a)), "self": to_ort_value(np.ones(4, b))}, ["empty"], "mish empty")
 
-# An output of 32 MiB and more goes out by non-temporal stores, after a head through a padded vector
-# up to the first aligned place; one at 4 bytes into a page has the longest head (finding: for a
-# 2-byte type that head was up to twice a vector, and the padded vector's buffer overflowed).
-for T, n in ((F32, (8 << 20) + 13), (FLOAT_DTYPES["bfloat16"], (16 << 20) + 13)):
+# An output of STREAM_BYTES and more goes out by non-temporal stores, after a head through a padded
+# vector up to the first aligned place; one at 4 bytes into a page has the longest head (finding: for
+# a 2-byte type that head was up to twice a vector, and the padded vector's buffer overflowed).
+STREAM_BYTES = int(os.environ["ASCEND_GRAD_STREAM_BYTES"])
+for T, n in ((F32, STREAM_BYTES // 4 + 13), (FLOAT_DTYPES["bfloat16"], STREAM_BYTES // 2 + 13)):
     s = session("MishBackward", {"gradOutput": T, "self": T})
     go, x = random_array(rng, (n,), T), random_array(rng, (n,), T, scale=4.0)
     out = placed((n,), T, 4)
@@ -327,13 +331,14 @@ def test_every_kernel_under_address_and_undefined_behaviour_sanitizers(sanitized
     seed = int(os.environ.get("ASCEND_GRAD_SEED") or int.from_bytes(os.urandom(4), "little"))  # (replays a failure)
     total, start = 0, time.monotonic()
     for isa in isas:
-        env = _sanitized_env(ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1")
+        env = _sanitized_env(ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1", ASCEND_GRAD_STREAM_BYTES=STREAM_BYTES)
         done = subprocess.run([sys.executable, "-c", CHILD, str(sanitized_library), isa, str(seed)],
                               capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
         reports = _reports(done.stderr)
         assert done.returncode == 0 and not reports, (
             f"ISA {isa}, seed {seed}: exit {done.returncode}, sanitizer reports {reports}\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}")
         assert f"ascend-grad: {isa} kernels" in done.stderr, done.stderr[-2000:]
+        assert f"ascend-grad: outputs streamed from {STREAM_BYTES} bytes," in done.stderr, done.stderr[-2000:]
         line = next(line for line in done.stdout.splitlines() if line.startswith(f"ISA {isa}:"))
         total += int(line.split(": ")[1].split()[0])
         print(line)
