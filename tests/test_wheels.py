@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from ascend_grad import runtime_ext
+from ascend_grad.testing import TRIMMED_SIZES, reported_sizes
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHES = ("x86_64", "aarch64")
@@ -37,11 +38,9 @@ TOOLCHAIN = ("gcc", "g++", "cc", "c++", "clang", "clang++", "zig", "cmake", "nin
 # errors they report, determinism, page offsets and streamed outputs, accuracy properties
 KERNEL_TESTS = ["tests/runtime_ext/" + name for name in
                 ("test_vs_function.py", "test_errors.py", "test_determinism.py", "test_offsets.py", "test_properties.py")]
-# ...with outputs streamed from 1 MiB and NHWC half-type samples kept up to 1 MiB (the library reads
-# both; the tests' sizes follow): the wheel's streamed and recomputing paths on arrays 16-32 times
-# smaller, as in the emulated aarch64 runs (the checkout's own library takes them at full size)
-SIZES = {"ASCEND_GRAD_STREAM_BYTES": str(1 << 20), "ASCEND_GRAD_SAMPLE_SCRATCH_BYTES": str(1 << 20)}
-SIZES_LINE = "ascend-grad: outputs streamed from 1048576 bytes, NHWC sample scratch up to 1048576 bytes"
+# ...with TRIMMED_SIZES (the library reads them; the tests' sizes follow): the wheel's streamed and
+# recomputing paths on arrays 16-32 times smaller, as in the emulated aarch64 runs (the checkout's own
+# library takes them at full size)
 
 pytestmark = pytest.mark.skipif(sysconfig.get_platform() != "linux-x86_64", reason="the wheels are built on x86_64 Linux")
 
@@ -189,11 +188,11 @@ def test_x86_64_wheel_passes_the_kernel_tests(x86_env):
     (pytest's importlib mode imports ascend_grad from site-packages, which the last test checks)."""
     done = x86_env.run(x86_env.python, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *KERNEL_TESTS,
                        "tests/test_package.py::test_imports_the_installed_package_not_the_checkout",
-                       cwd=REPO, ASCEND_GRAD_VERBOSE="1", **SIZES)
+                       cwd=REPO, ASCEND_GRAD_VERBOSE="1", **TRIMMED_SIZES)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert re.search(r"\d+ passed", done.stdout) and " failed" not in done.stdout
     assert _verbose_isas(done.stdout + done.stderr) == {runtime_ext.runnable_isas()[0]}
-    assert SIZES_LINE in done.stdout + done.stderr
+    assert reported_sizes(done.stdout + done.stderr) == {tuple(TRIMMED_SIZES.values())}
 
 
 _UNLOAD_AND_EXIT = """
@@ -249,6 +248,6 @@ def test_aarch64_wheel_under_emulation(wheelhouse):
     assert done.returncode == 0 and done.stdout.strip() == "unloaded", (done.returncode, done.stderr[-2000:])
     assert _verbose_isas(done.stderr) == {"neon"}, done.stderr
     done = _run([python, "-m", "pytest", "-q", "-s", "-n", "0", "-p", "no:cacheprovider", "tests/runtime_ext/test_vs_function.py"],
-                dict(env, **SIZES), REPO, timeout=1800)
+                dict(env, **TRIMMED_SIZES), REPO, timeout=1800)
     assert done.returncode == 0 and re.search(r"\d+ passed", done.stdout), done.stdout[-4000:] + done.stderr[-2000:]
-    assert SIZES_LINE in done.stdout + done.stderr
+    assert reported_sizes(done.stdout + done.stderr) == {tuple(TRIMMED_SIZES.values())}

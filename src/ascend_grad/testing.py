@@ -237,6 +237,21 @@ def trimmed(count: int) -> int:
     return max(1, math.ceil(count * fraction))
 
 
+# The sizes the library is told where a check runs again on another table or build (the other
+# instruction sets, the wheels, the emulated aarch64 runs, the sanitizer job): outputs streamed from
+# 1 MiB and NHWC half-type samples kept up to 1 MiB, the paths past each on arrays 16-32 times smaller
+# than at the library's own 32 and 16 MiB (the tests' cases follow the sizes they are given).
+TRIMMED_SIZES = {"ASCEND_GRAD_STREAM_BYTES": str(1 << 20), "ASCEND_GRAD_SAMPLE_SCRATCH_BYTES": str(1 << 20)}
+
+
+def reported_sizes(text: str) -> set[tuple[str, str]]:
+    """The sizes the library's ASCEND_GRAD_VERBOSE lines in `text` report, as (streamed from, sample
+    scratch up to) in bytes: TRIMMED_SIZES' order."""
+    import re
+
+    return set(re.findall(r"ascend-grad: outputs streamed from (\d+) bytes, NHWC sample scratch up to (\d+) bytes", text))
+
+
 def library_copy(prefix: str) -> str:
     """A private copy of the kernel library, in a folder of its own that is removed when the process
     exits (a mapped library may be unlinked): a library rebuilt in place under a session crashes it,

@@ -7,9 +7,9 @@ build/aarch64 on first use, about 2 minutes).
   environment: the op tests' kernel cases, the property, offset, determinism, function-body and
   error tests (every op and dtype combination against the float64 references), and exp over a
   sample of its arguments (both paths, in the neon run). Counts are trimmed, never kinds:
-  ASCEND_GRAD_TEST_FRACTION (property examples, placements of each kind), ASCEND_GRAD_STREAM_BYTES
-  (the size from which outputs are streamed, and so the streamed cases' sizes),
-  ASCEND_GRAD_SAMPLE_SCRATCH_BYTES (the NHWC sample scratch's, and so its cases'), ASCEND_GRAD_EXP_STEP.
+  ASCEND_GRAD_TEST_FRACTION (property examples, placements of each kind), ascend_grad.testing's
+  TRIMMED_SIZES (the sizes from which outputs are streamed and NHWC samples recomputed, and so those
+  cases' sizes), ASCEND_GRAD_EXP_STEP.
 - The CANN kernels' tests and one fused training graph through runtime_ext.cann_session, in the
   emulated onnxruntime-cann 1.24.4 environment (numpy 1), on the simulated CANN runtime built for
   aarch64 with the cross compiler.
@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from ascend_grad.testing import TRIMMED_SIZES, reported_sizes
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 
@@ -45,8 +47,6 @@ def _load_emulation():
 emulation = _load_emulation()
 
 FRACTION = "0.5"  # of the property examples and of each kind of placement
-STREAM_BYTES = str(1 << 20)  # streamed outputs from 1 MiB: the streamed paths on arrays 32 times smaller
-SAMPLE_SCRATCH_BYTES = str(1 << 20)  # NHWC half-type samples kept up to 1 MiB: both sides on samples 16 times smaller
 EXP_STEP = "16"  # every 16th float argument of exp: 70 million of them
 KERNEL_TESTS = ["tests/ops", "tests/runtime_ext/test_offsets.py", "tests/runtime_ext/test_properties.py",
                 "tests/runtime_ext/test_determinism.py", "tests/runtime_ext/test_vs_function.py",
@@ -99,8 +99,7 @@ def results(request):
         log = open(folder / f"{name}.log", "w")
         command = [pythons[venv], "-m", "pytest", "-q", "-s", "-n", "0", "-p", "no:cacheprovider", *args]  # (one process)
         environment = emulation.environment({"ASCEND_GRAD_VERBOSE": "1", "ASCEND_GRAD_TEST_FRACTION": FRACTION,
-                                             "ASCEND_GRAD_STREAM_BYTES": STREAM_BYTES, "ASCEND_GRAD_SAMPLE_SCRATCH_BYTES": SAMPLE_SCRATCH_BYTES,
-                                             "ASCEND_GRAD_EXP_STEP": EXP_STEP, **env})
+                                             **TRIMMED_SIZES, "ASCEND_GRAD_EXP_STEP": EXP_STEP, **env})
         started[name] = (subprocess.Popen([str(c) for c in command], cwd=REPO, env=environment, stdout=log,
                                           stderr=subprocess.STDOUT), log, time.monotonic())
     out = {}
@@ -154,8 +153,7 @@ def test_kernel_tests_under_emulation(results, isa):
     tables = set(re.findall(r"ascend-grad: (\w+) kernels", output))
     assert tables == {isa}, tables
     # with the sizes asked for (the trimmed cases' sizes follow them)
-    sizes = set(re.findall(r"ascend-grad: outputs streamed from (\d+) bytes, NHWC sample scratch up to (\d+) bytes", output))
-    assert sizes == {(STREAM_BYTES, SAMPLE_SCRATCH_BYTES)}, sizes
+    assert reported_sizes(output) == {tuple(TRIMMED_SIZES.values())}, reported_sizes(output)
     assert "property cases:" in output  # (test_properties' own count, printed with -s)
     if isa == "neon":
         exp = re.findall(r"\b(neon|generic): max_ulp", output)  # (test_exp's own lines, printed with -s)

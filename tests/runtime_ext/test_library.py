@@ -14,7 +14,7 @@ import pytest
 
 import ascend_grad
 from ascend_grad import ops, runtime_ext
-from ascend_grad.testing import assert_close, random_array, run_onnxruntime
+from ascend_grad.testing import TRIMMED_SIZES, assert_close, random_array, run_onnxruntime
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,6 @@ def test_kernels_run_a_model_with_no_function_body(rng):
 
 
 # every instruction set but the one the library picks here, which this run's own op tests use
-STREAM_BYTES = str(1 << 20)
 OTHER_ISAS = [isa for isa in runtime_ext.ISA_FEATURES if isa != runtime_ext.runnable_isas()[0]]
 
 
@@ -59,14 +58,14 @@ OTHER_ISAS = [isa for isa in runtime_ext.ISA_FEATURES if isa != runtime_ext.runn
 @pytest.mark.parametrize("isa", OTHER_ISAS)
 def test_every_instruction_set_passes_the_op_tests(isa):
     """The op tests' kernel cases and the page-offset tests again, with the library forced onto each
-    other instruction set. Outputs are streamed from 1 MiB (STREAM_BYTES), as in the emulated aarch64
+    other instruction set. Outputs are streamed from 1 MiB (TRIMMED_SIZES), as in the emulated aarch64
     runs: each table's streamed paths on arrays 32 times smaller (this run's own page-offset tests
     take them at the library's 32 MiB, on the table it picks). The streamed cases were 71 of these
     runs' 82 s of CPU at 32 MiB, the portable table's 41."""
     missing = [flag for flag in runtime_ext.ISA_FEATURES[isa] if flag not in runtime_ext.cpu_flags()]
     if missing:
         pytest.skip(f"this CPU lacks {missing}")
-    env = dict(os.environ, ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1", ASCEND_GRAD_STREAM_BYTES=STREAM_BYTES)
+    env = dict(os.environ, ASCEND_GRAD_ISA=isa, ASCEND_GRAD_VERBOSE="1", ASCEND_GRAD_STREAM_BYTES=TRIMMED_SIZES["ASCEND_GRAD_STREAM_BYTES"])
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-k", "kernels", "-p", "no:cacheprovider", "-s", str(REPO / "tests" / "ops"),
                str(REPO / "tests" / "runtime_ext" / "test_offsets.py")]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ascend_grad import runtime_ext
+from ascend_grad.testing import TRIMMED_SIZES, reported_sizes
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = REPO / "runtime_ext"
@@ -39,9 +40,10 @@ ASAN_OPTIONS = ":".join([
     "allocator_may_return_null=1",  # an oversized request is a bad_alloc (as in production), not a report
 ])
 UBSAN_OPTIONS = "print_stacktrace=1:halt_on_error=1"
-# outputs streamed from 1 MiB (the library reads it): the streamed heads and walks on arrays 32 times
-# smaller than at the library's 32 MiB (at that size they were about a fifth of the job's time)
-STREAM_BYTES = str(1 << 20)
+# outputs streamed from 1 MiB (TRIMMED_SIZES; the library reads it): the streamed heads and walks on
+# arrays 32 times smaller than at the library's 32 MiB (at that size they were about a fifth of the
+# job's time)
+STREAM_BYTES = TRIMMED_SIZES["ASCEND_GRAD_STREAM_BYTES"]
 REPORTS = ["ERROR: AddressSanitizer", "runtime error:", "new-delete-type-mismatch", "ERROR: LeakSanitizer", "SUMMARY: "]
 
 # Runs under the sanitizers with one instruction set: every case, then releases everything and exits.
@@ -338,7 +340,7 @@ def test_every_kernel_under_address_and_undefined_behaviour_sanitizers(sanitized
         assert done.returncode == 0 and not reports, (
             f"ISA {isa}, seed {seed}: exit {done.returncode}, sanitizer reports {reports}\n{done.stdout[-2000:]}\n{done.stderr[-6000:]}")
         assert f"ascend-grad: {isa} kernels" in done.stderr, done.stderr[-2000:]
-        assert f"ascend-grad: outputs streamed from {STREAM_BYTES} bytes," in done.stderr, done.stderr[-2000:]
+        assert {stream for stream, _ in reported_sizes(done.stderr)} == {STREAM_BYTES}, done.stderr[-2000:]
         line = next(line for line in done.stdout.splitlines() if line.startswith(f"ISA {isa}:"))
         total += int(line.split(": ")[1].split()[0])
         print(line)
