@@ -172,6 +172,7 @@ feeds = dict(np.load(inputs))
 results, errors = {}, {}
 for tag, path, register in json.load(open(listing)):
     options = ort.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # (testing.without_spinning)
     if register:
         options.register_custom_ops_library(library)
     try:

@@ -52,16 +52,29 @@ def _serialized(model: onnx.ModelProto | str) -> bytes | str:
     return model if isinstance(model, str) else model.SerializeToString()
 
 
+def without_spinning(options=None):
+    """`options` (or new onnxruntime.SessionOptions) whose idle thread-pool threads sleep rather than
+    spin. onnxruntime's threads spin after each parallel section by default, holding a core that
+    the tests' other worker (or an emulated run: docs/reliability.md#the-suites-time) needs; what a
+    session computes does not change."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions() if options is None else options
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 def run_onnxruntime(
     model: onnx.ModelProto | str,
     feeds: Mapping[str, np.ndarray],
     session_options=None,
     output_names: Sequence[str] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Run on onnxruntime's CPU execution provider; returns {output name: array}."""
+    """Run on onnxruntime's CPU execution provider (its threads not spinning: without_spinning);
+    returns {output name: array}."""
     import onnxruntime as ort
 
-    session = ort.InferenceSession(_serialized(model), session_options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(_serialized(model), without_spinning(session_options), providers=["CPUExecutionProvider"])
     names = list(output_names or [o.name for o in session.get_outputs()])
     values = session.run_with_ort_values(names, {k: to_ort_value(v) for k, v in feeds.items()})
     return {name: _from_ort_value(v) for name, v in zip(names, values)}

@@ -22,7 +22,7 @@ import pytest
 from onnx import helper
 
 from ascend_grad import ops
-from ascend_grad.testing import FLOAT_DTYPES, library_copy, placed, to_ort_value, trimmed
+from ascend_grad.testing import FLOAT_DTYPES, library_copy, placed, to_ort_value, trimmed, without_spinning
 
 F32, F16, BF16 = FLOAT_DTYPES["float32"], FLOAT_DTYPES["float16"], FLOAT_DTYPES["bfloat16"]
 
@@ -88,7 +88,7 @@ def _session(op_type, inputs, threads, stream_walk=None, **attrs):
     if key not in _SESSIONS:
         elem = {k: (helper.np_dtype_to_tensor_dtype(np.dtype(d)), list(s)) for k, (d, s) in inputs.items()}
         model = ops.make_node_model(op_type, elem, **attrs)
-        options = ort.SessionOptions()
+        options = without_spinning()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         saved = os.environ.pop("ASCEND_GRAD_STREAM_WALK", None)

@@ -51,7 +51,7 @@ from ascend_grad import ops
 
 # inf - inf and the like inside the references and assert_close, on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-from ascend_grad.testing import FLOAT_DTYPES, TOLERANCE, _from_ort_value, assert_close, away_from, library_copy, to_ort_value, trimmed
+from ascend_grad.testing import FLOAT_DTYPES, TOLERANCE, _from_ort_value, assert_close, away_from, library_copy, to_ort_value, trimmed, without_spinning
 
 F32, F16, BF16 = FLOAT_DTYPES["float32"], FLOAT_DTYPES["float16"], FLOAT_DTYPES["bfloat16"]
 DTYPES = [F32, F16, BF16]
@@ -121,7 +121,7 @@ def _session(op_type, inputs, threads, **attrs):
     key = (op_type, tuple((n, np.dtype(d).name, tuple(s)) for n, (d, s) in inputs.items()), tuple(sorted(attrs.items())), threads)
     if key not in _SESSIONS:
         model = ops.make_node_model(op_type, {n: (_elem(d), list(s)) for n, (d, s) in inputs.items()}, **attrs)
-        options = ort.SessionOptions()
+        options = without_spinning()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.register_custom_ops_library(_library())

@@ -56,7 +56,7 @@ ops_spec = importlib.util.find_spec("ascend_grad.ops")
 reference_spec = importlib.util.spec_from_file_location("reference", os.path.join(ops_spec.submodule_search_locations[0], "reference.py"))
 reference = importlib.util.module_from_spec(reference_spec)
 reference_spec.loader.exec_module(reference)
-from ascend_grad.testing import FLOAT_DTYPES, TOLERANCE, _from_ort_value, assert_close, away_from, placed, random_array, to_ort_value
+from ascend_grad.testing import FLOAT_DTYPES, TOLERANCE, _from_ort_value, assert_close, away_from, placed, random_array, to_ort_value, without_spinning
 
 warnings.simplefilter("ignore")  # (numpy: the mean of an empty group)
 library, isa, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -76,7 +76,7 @@ def session(op, types, **attrs):
     graph = helper.make_graph([node], op, [helper.make_tensor_value_info(n, ONNX[t], None) for n, t in types.items()],
                               [helper.make_value_info(o, TypeProto()) for o in OUTPUTS[op]])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ascend.grad", 1)], ir_version=10)
-    options = ort.SessionOptions()
+    options = without_spinning()
     options.intra_op_num_threads = 2
     options.register_custom_ops_library(library)
     s = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
