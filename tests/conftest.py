@@ -115,10 +115,10 @@ def cann():
 
 @pytest.fixture(scope="session")
 def real_model(tmp_path_factory):
-    """real_model(name) -> (module, example inputs, training graph): each model of
-    models.modules.REAL_MODELS built (seed 0) by every worker that needs it, and exported (batch 2)
-    once per run, for every test folder that needs it (an export of the UNet takes a minute on these
-    machines): the other workers load the graph the first one saved."""
+    """real_model(name, dynamic_batch=False) -> (module, example inputs, training graph): each model
+    of models.modules.REAL_MODELS built (seed 0) by every worker that needs it, and exported (batch 2,
+    the batch static or dynamic) once per run, for every test that needs that graph (an export of the
+    UNet takes half a minute of CPU): the other workers load the graph the first one saved."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("diffusers")
     import onnx
@@ -128,16 +128,18 @@ def real_model(tmp_path_factory):
 
     cache = {}
 
-    def get(name):
-        if name not in cache:
+    def get(name, dynamic_batch=False):
+        key = (name, dynamic_batch)
+        if key not in cache:
             factory, make_inputs = REAL_MODELS[name]
             torch.manual_seed(0)
             module = factory()
             inputs = make_inputs(2)
-            folder = _made_once(_shared_folder(tmp_path_factory, f"real-model-{name}"),
-                                lambda folder: onnx.save(export_training_graph(module, inputs), folder / "graph.onnx"))
-            cache[name] = (module, inputs, onnx.load(folder / "graph.onnx"))
-        return cache[name]
+            folder = _made_once(_shared_folder(tmp_path_factory, f"real-model-{name}" + ("-dynamic" if dynamic_batch else "")),
+                                lambda folder: onnx.save(export_training_graph(module, inputs, dynamic_batch=dynamic_batch),
+                                                         folder / "graph.onnx"))
+            cache[key] = (module, inputs, onnx.load(folder / "graph.onnx"))
+        return cache[key]
 
     return get
 

@@ -18,7 +18,6 @@ torch = pytest.importorskip("torch")
 diffusers = pytest.importorskip("diffusers")
 
 from ascend_grad import DOMAIN  # noqa: E402
-from ascend_grad.models import export_training_graph  # noqa: E402
 from ascend_grad.models.modules import REAL_MODELS  # noqa: E402
 from ascend_grad.models.export.reference import activation_counts, step_errors, torch_step  # noqa: E402
 from ascend_grad.testing import run_kernels, run_onnxruntime  # noqa: E402
@@ -28,10 +27,10 @@ RUNNERS = {"function_bodies": run_onnxruntime, "kernels": run_kernels}
 
 @pytest.fixture(scope="module", params=list(REAL_MODELS))
 def exported(request, real_model):
-    """(name, module, static graph, dynamic graph): each model exported once (the static graph
-    shared with the other test folders: the session's real_model)."""
+    """(name, module, static graph, dynamic graph): each model exported once per batch kind, the
+    graphs shared with the other tests that read them (the session's real_model)."""
     module, inputs, static = real_model(request.param)
-    dynamic = export_training_graph(module, inputs, dynamic_batch=True)
+    dynamic = real_model(request.param, dynamic_batch=True)[2]  # (built from seed 0 too: the same weights)
     return request.param, module, static, dynamic
 
 

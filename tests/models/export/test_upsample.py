@@ -22,7 +22,6 @@ import torch.nn.functional as F  # noqa: E402
 
 from ascend_grad.models.export import TABLE, export_training_graph, upsample  # noqa: E402
 from ascend_grad.models.export.reference import step_errors, torch_step  # noqa: E402
-from ascend_grad.models.modules import REAL_MODELS  # noqa: E402
 from ascend_grad.testing import assert_close, run_onnxruntime  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -129,13 +128,11 @@ def test_the_unfused_export_is_substituted_too():
 
 
 @pytest.mark.parametrize("dynamic_batch", [False, True], ids=["static", "dynamic"])
-def test_diffusers_vae_upsample2d(dynamic_batch):
+def test_diffusers_vae_upsample2d(real_model, dynamic_batch):
     """AutoencoderKL's decoder upsamples with Upsample2D (F.interpolate nearest 2x, then a conv):
-    a Resize forward and an AveragePool backward, no indexing."""
-    pytest.importorskip("diffusers")
-    factory, make_inputs = REAL_MODELS["vae"]
-    torch.manual_seed(0)
-    model = export_training_graph(factory(), make_inputs(2), dynamic_batch=dynamic_batch)
+    a Resize forward and an AveragePool backward, no indexing. (The graphs of
+    tests/models/export/test_real_models.py: the session's real_model exports each once.)"""
+    model = real_model("vae", dynamic_batch=dynamic_batch)[2]
     counts = Counter(n.op_type for n in model.graph.node)
     assert counts["Resize"] == counts["AveragePool"] == 1 and not set(counts) & INDEXING, counts
 
