@@ -22,7 +22,16 @@
 namespace ascend_grad {
 namespace ASCEND_GRAD_ISA {
 
-// Float sums are flushed into double every kSumBlock elements: float accumulation, bounded error.
+// The parameter gradients' sums (dbeta, dgamma; c1, c2 of dx) add each lane's float terms into
+// double in short runs: kStepRun steps of kSteps vectors (NCHW: 16 terms a lane), kChannelRun
+// positions (NHWC). A channel's sum over N x HxW terms can cancel to a small part of them
+// (docs/ops.md#accuracy), and float partial sums over long runs then carry noise above the bound:
+// (2, 2, 4097, 3) bfloat16, dbeta 3.0745 from terms summing 17754 in magnitude, was 1.3e-4 off
+// through 4096-value float blocks (AVX2; NEON 9.5e-5; bound 7.4e-5); these runs: 1.2-2.7e-5. Runs of
+// 8 terms cost about 5% of the kernel's time, these were within noise (docs/kernels.md).
+constexpr int64_t kStepRun = 4;
+constexpr int64_t kChannelRun = 32;
+// A lone slab's pass 1 takes its rows in pieces of kSumBlock values.
 constexpr int64_t kSumBlock = 4096;
 
 // Pass 1 takes kSteps vectors a step (simd.h) and loads all their x and dy before it stores any g:
@@ -56,13 +65,15 @@ class Slab {
         // walking forward (page_walk.h): pass 2 then walks backward
         x_stalls_(ForwardStalls(PageGap(dx_, x_))) {}
 
-  // g and the sums over row c's values [begin, end): pieces in order, each inside one kSumBlock
-  // block, starting at a multiple of kSteps vectors from it. Every lane's sums then take its values
-  // in address order whatever the pieces: the results are those of one call per block.
+  // g and the sums over row c's values [begin, end): pieces in order, each starting at a multiple of
+  // kSteps vectors from the row's start. Every lane's sums then take its values in the same steps
+  // and order whatever the pieces: the results are those of one call per row.
   void Pass1(int64_t c, int64_t begin, int64_t end) {
     const int64_t HxW = a_.HxW;
-    if (begin == 0) row_dbeta_ = row_dgamma_ = 0.0;
-    if (begin % kSumBlock == 0) acc_dbeta_ = acc_dgamma_ = Vec::Zero();
+    if (begin == 0) {
+      acc_dbeta_ = acc_dgamma_ = WideSum::Zero();
+      run_dbeta_ = run_dgamma_ = Vec::Zero();
+    }
     // u = swish_scale * z = xhat * (b gamma) + b beta: one FMA
     const Vec gamma = Vec::Broadcast(a_.swish_scale * a_.gamma[c0_ + c]);
     const Vec beta = Vec::Broadcast(a_.swish_scale * a_.beta[c0_ + c]);
@@ -70,9 +81,11 @@ class Slab {
     const T* dy_row = dy_ + c * HxW;
     const T* x_row = x_ + c * HxW;
     float* g_row = g_ + c * HxW;
-    Vec acc_dbeta = acc_dbeta_, acc_dgamma = acc_dgamma_;
-    int64_t i = begin;
-    for (; i + kSteps * static_cast<int64_t>(kLanes) <= end; i += kSteps * kLanes) {
+    constexpr int64_t kSpan = kSteps * static_cast<int64_t>(kLanes);
+    WideSum acc_dbeta = acc_dbeta_, acc_dgamma = acc_dgamma_;
+    Vec run_dbeta = run_dbeta_, run_dgamma = run_dgamma_;
+    // one step: kSteps vectors from i, their terms added to the float run
+    auto step = [&](int64_t i) __attribute__((always_inline)) {
       Vec xhat[kSteps], dyv[kSteps], g[kSteps];
       for (int k = 0; k < kSteps; ++k) xhat[k] = Vec::Load(x_row + i + k * kLanes);
       for (int k = 0; k < kSteps; ++k) dyv[k] = Vec::Load(dy_row + i + k * kLanes);
@@ -80,36 +93,45 @@ class Slab {
       for (int k = 0; k < kSteps; ++k) g[k] = SwishGrad(dyv[k], Fma(xhat[k], gamma, beta));
       for (int k = 0; k < kSteps; ++k) g[k].Store(g_row + i + k * kLanes);
       for (int k = 0; k < kSteps; ++k) {  // each lane's sums take its values in address order
-        acc_dbeta = acc_dbeta + g[k];
-        acc_dgamma = Fma(g[k], xhat[k], acc_dgamma);
+        run_dbeta = run_dbeta + g[k];
+        run_dgamma = Fma(g[k], xhat[k], run_dgamma);
       }
+    };
+    int64_t i = begin;
+    for (; i + kStepRun * kSpan <= end; i += kStepRun * kSpan) {  // whole runs (pieces start at one)
+      for (int64_t s = 0; s < kStepRun; ++s) step(i + s * kSpan);
+      acc_dbeta.Add(run_dbeta);
+      acc_dgamma.Add(run_dgamma);
+      run_dbeta = run_dgamma = Vec::Zero();
     }
+    for (; i + kSpan <= end; i += kSpan) step(i);  // (the row's end)
     for (; i + static_cast<int64_t>(kLanes) <= end; i += kLanes) {
       const Vec xhat = (Vec::Load(x_row + i) - mean) * rstd;
       const Vec g = SwishGrad(Vec::Load(dy_row + i), Fma(xhat, gamma, beta));
       g.Store(g_row + i);
-      acc_dbeta = acc_dbeta + g;
-      acc_dgamma = Fma(g, xhat, acc_dgamma);
+      run_dbeta = run_dbeta + g;
+      run_dgamma = Fma(g, xhat, run_dgamma);
     }
     if (i < end) {
       const size_t count = static_cast<size_t>(end - i);
       const Vec xhat = (LoadPartial(x_row + i, count) - mean) * rstd;
       const Vec g = KeepFirst(SwishGrad(LoadPartial(dy_row + i, count), Fma(xhat, gamma, beta)), count);
       StorePartial(g, g_row + i, count);
-      acc_dbeta = acc_dbeta + g;
-      acc_dgamma = Fma(g, KeepFirst(xhat, count), acc_dgamma);
+      run_dbeta = run_dbeta + g;
+      run_dgamma = Fma(g, KeepFirst(xhat, count), run_dgamma);
     }
     acc_dbeta_ = acc_dbeta;
     acc_dgamma_ = acc_dgamma;
-    if (end % kSumBlock != 0 && end != HxW) return;
-    // a block's float sums flushed into double: float accumulation, bounded error
-    row_dbeta_ += ReduceAdd(acc_dbeta);
-    row_dgamma_ += ReduceAdd(acc_dgamma);
+    run_dbeta_ = run_dbeta;
+    run_dgamma_ = run_dgamma;
     if (end != HxW) return;
-    a_.dbeta_nc[n_ * a_.C + c0_ + c] = static_cast<float>(row_dbeta_);
-    a_.dgamma_nc[n_ * a_.C + c0_ + c] = static_cast<float>(row_dgamma_);
-    sum_dbeta_ += a_.gamma[c0_ + c] * row_dbeta_;
-    sum_dgamma_ += a_.gamma[c0_ + c] * row_dgamma_;
+    acc_dbeta.Add(run_dbeta);  // (the row's last run: up to kStepRun steps and the tail)
+    acc_dgamma.Add(run_dgamma);
+    const double row_dbeta = acc_dbeta.Total(), row_dgamma = acc_dgamma.Total();
+    a_.dbeta_nc[n_ * a_.C + c0_ + c] = static_cast<float>(row_dbeta);
+    a_.dgamma_nc[n_ * a_.C + c0_ + c] = static_cast<float>(row_dgamma);
+    sum_dbeta_ += a_.gamma[c0_ + c] * row_dbeta;
+    sum_dgamma_ += a_.gamma[c0_ + c] * row_dgamma;
   }
 
   // After pass 1 over every row: c1 and c2. False when they are NaN: the slab is then written as
@@ -164,8 +186,8 @@ class Slab {
   float* g_;
   const Vec mean_, rstd_;
   const bool x_stalls_;
-  Vec acc_dbeta_ = Vec::Zero(), acc_dgamma_ = Vec::Zero();  // the block's float sums
-  double row_dbeta_ = 0.0, row_dgamma_ = 0.0;
+  WideSum acc_dbeta_ = WideSum::Zero(), acc_dgamma_ = WideSum::Zero();  // the row's sums so far
+  Vec run_dbeta_ = Vec::Zero(), run_dgamma_ = Vec::Zero();              // and the float run's
   double sum_dbeta_ = 0.0, sum_dgamma_ = 0.0;  // sum_c gamma[c] * (per-channel sums)
   Vec c1_ = Vec::Zero(), c2_ = Vec::Zero();
 };
@@ -175,8 +197,10 @@ class Slab {
 // only the last slab's pass 2 runs alone. Every slab's arithmetic is that of the slab alone: results
 // do not depend on how slabs are grouped. (Where runs pay, and where they cost, as on AMD Zen 4:
 // SlabsPerTask in group_norm_swish_grad.cc.)
-constexpr int64_t kPiece = 512;  // a multiple of kSteps vectors that divides kSumBlock
-static_assert(kPiece % (kSteps * static_cast<int64_t>(kLanes)) == 0 && kSumBlock % kPiece == 0, "pieces keep the sums' order");
+constexpr int64_t kPiece = 512;  // a multiple of kSteps vectors
+static_assert(kPiece % (kStepRun * kSteps * static_cast<int64_t>(kLanes)) == 0 &&
+              kSumBlock % (kStepRun * kSteps * static_cast<int64_t>(kLanes)) == 0,
+              "pieces keep the sums' runs");
 
 template <typename T>
 void GroupNormGradSlabs(const GroupNormGradArgs& a, int64_t first, int64_t count) {
@@ -228,8 +252,9 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
   const T* dy = static_cast<const T*>(a.dy) + n * HxW * C;
   const T* x = static_cast<const T*>(a.x) + n * HxW * C;
   T* dx = static_cast<T*>(a.dx) + n * HxW * C;
-  // per-channel tables: mean, rstd; float block sums; then the pass-2 coefficients (a vector's worth
-  // of padding: a tail load may read past the last table, its extra lanes are dropped)
+  // per-channel tables: mean, rstd; float sums of kChannelRun positions; then the pass-2
+  // coefficients (a vector's worth of padding: a tail load may read past the last table, its extra
+  // lanes are dropped)
   float* mean_c = Scratch(static_cast<size_t>(6 * C) + kLanes, 1);
   float* rstd_c = mean_c + C;
   float* block_dbeta = rstd_c + C;
@@ -261,8 +286,8 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
     *g = SwishGrad(dyv, scale * Fma(*xhat, gamma, beta));  // u = swish_scale * z
   };
 
-  for (int64_t start = 0; start < HxW; start += kSumBlock / 16) {
-    const int64_t end = start + kSumBlock / 16 < HxW ? start + kSumBlock / 16 : HxW;
+  for (int64_t start = 0; start < HxW; start += kChannelRun) {  // (kSumBlock's comment)
+    const int64_t end = start + kChannelRun < HxW ? start + kChannelRun : HxW;
     for (int64_t c = 0; c < C; ++c) block_dbeta[c] = block_dgamma[c] = 0.0f;
     for (int64_t p = start; p < end; ++p) {
       for (int64_t c = 0; c < C; c += kLanes) {
@@ -278,9 +303,17 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
         StoreUpTo(Fma(g, xhat, LoadUpTo(block_dgamma + c, count)), block_dgamma + c, count);
       }
     }
-    for (int64_t c = 0; c < C; ++c) {
-      dbeta[c] += block_dbeta[c];
-      dgamma[c] += block_dgamma[c];
+    for (int64_t c = 0; c < C; c += kLanes) {  // the run's float sums into double
+      const size_t count = ChannelLanes(C, c);
+      if (count == kLanes) {
+        AddToDoubles(Vec::Load(block_dbeta + c), dbeta + c);
+        AddToDoubles(Vec::Load(block_dgamma + c), dgamma + c);
+        continue;
+      }
+      for (int64_t k = c; k < C; ++k) {
+        dbeta[k] += block_dbeta[k];
+        dgamma[k] += block_dgamma[k];
+      }
     }
   }
 

@@ -43,7 +43,7 @@ import ml_dtypes
 import numpy as np
 import onnxruntime as ort
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from onnx import helper
 
@@ -461,6 +461,11 @@ def test_group_norm_swish_grad(T, U, family):
     @given(case=group_norm_case(grad=True), threads=st.sampled_from([1, 2]), params=family_params,
            swish_scale=st.sampled_from([1.0, 1.702, -0.5]), flags=st.sampled_from([(1, 1), (1, 1), (0, 1), (1, 0)]),
            dy_exponent=st.integers(-30, 30), seed=st.integers(0, 2**32 - 1))
+    # drawn in a CI run (bfloat16 x, float statistics, magnitude): dbeta 3.0745 where its 24582 terms
+    # sum to 17754 in magnitude; 4096-value float blocks of the sums came out 1.3e-4 off (AVX2)
+    @example(case=((2, 2, 4097, 3), 2, "NCHW"), threads=1,
+             params={"e_small": 0, "ratio": 0.0, "ratio_small": -3.0, "u": 0.5, "v": 0.0, "spread": 1.0, "specials": 1},
+             swish_scale=1.702, flags=(1, 1), dy_exponent=0, seed=16777215)
     def prop(case, threads, params, swish_scale, flags, dy_exponent, seed):
         CASES["run"] += 1
         shape, G, data_format = case
