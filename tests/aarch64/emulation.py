@@ -98,17 +98,19 @@ def _apt_get(*args, what: str):
     return _run(["apt-get", "-q", "-o", "DPkg::Lock::Timeout=600", *args], what, env=env)
 
 
-def host_tools():
-    """The cross compiler, qemu-user-static and binfmt-support, installed by apt-get if missing (one
-    installer at a time: tests/runtime_ext/test_x86_features.py's qemu-x86_64 comes from here too)."""
+def host_tools(tools: dict[str, str] = HOST_PACKAGES, why: str = "aarch64 emulation"):
+    """The tools {program: Debian package} (by default the cross compiler, qemu-user-static and
+    binfmt-support), installed by apt-get where missing, one installer at a time: what other tests
+    install comes from here too (tests/runtime_ext/test_x86_features.py's qemu-x86_64,
+    tests/conftest.py's ccache)."""
     with _locked("host-tools"):
-        missing = [package for tool, package in HOST_PACKAGES.items() if shutil.which(tool) is None]
+        missing = [package for tool, package in tools.items() if shutil.which(tool) is None]
         if not missing:
             return
         if shutil.which("apt-get") is None:
-            raise Unavailable(f"aarch64 emulation needs {', '.join(missing)} and there is no apt-get to install them")
+            raise Unavailable(f"{why} needs {', '.join(missing)} and there is no apt-get to install them")
         if os.geteuid() != 0:
-            raise Unavailable(f"aarch64 emulation needs {', '.join(missing)}: apt-get install needs root")
+            raise Unavailable(f"{why} needs {', '.join(missing)}: apt-get install needs root")
         _apt_get("update", what="apt-get update")
         _apt_get("install", "-y", "--no-install-recommends", *missing, what=f"apt-get install {' '.join(missing)}")
 
