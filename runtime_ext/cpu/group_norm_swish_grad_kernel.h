@@ -71,7 +71,7 @@ class Slab {
   void Pass1(int64_t c, int64_t begin, int64_t end) {
     const int64_t HxW = a_.HxW;
     if (begin == 0) {
-      acc_dbeta_ = acc_dgamma_ = WideSum::Zero();
+      acc_dbeta_ = acc_dgamma_ = DoubleLanes();
       run_dbeta_ = run_dgamma_ = Vec::Zero();
     }
     // u = swish_scale * z = xhat * (b gamma) + b beta: one FMA
@@ -82,7 +82,7 @@ class Slab {
     const T* x_row = x_ + c * HxW;
     float* g_row = g_ + c * HxW;
     constexpr int64_t kSpan = kSteps * static_cast<int64_t>(kLanes);
-    WideSum acc_dbeta = acc_dbeta_, acc_dgamma = acc_dgamma_;
+    DoubleLanes acc_dbeta = acc_dbeta_, acc_dgamma = acc_dgamma_;
     Vec run_dbeta = run_dbeta_, run_dgamma = run_dgamma_;
     // one step: kSteps vectors from i, their terms added to the float run
     auto step = [&](int64_t i) __attribute__((always_inline)) {
@@ -127,7 +127,9 @@ class Slab {
     if (end != HxW) return;
     acc_dbeta.Add(run_dbeta);  // (the row's last run: up to kStepRun steps and the tail)
     acc_dgamma.Add(run_dgamma);
-    const double row_dbeta = acc_dbeta.Total(), row_dgamma = acc_dgamma.Total();
+    double row_dbeta = 0.0, row_dgamma = 0.0;
+    acc_dbeta.AddTo(&row_dbeta);
+    acc_dgamma.AddTo(&row_dgamma);
     a_.dbeta_nc[n_ * a_.C + c0_ + c] = static_cast<float>(row_dbeta);
     a_.dgamma_nc[n_ * a_.C + c0_ + c] = static_cast<float>(row_dgamma);
     sum_dbeta_ += a_.gamma[c0_ + c] * row_dbeta;
@@ -186,8 +188,8 @@ class Slab {
   float* g_;
   const Vec mean_, rstd_;
   const bool x_stalls_;
-  WideSum acc_dbeta_ = WideSum::Zero(), acc_dgamma_ = WideSum::Zero();  // the row's sums so far
-  Vec run_dbeta_ = Vec::Zero(), run_dgamma_ = Vec::Zero();              // and the float run's
+  DoubleLanes acc_dbeta_, acc_dgamma_;                      // the row's sums so far
+  Vec run_dbeta_ = Vec::Zero(), run_dgamma_ = Vec::Zero();  // and the float run's
   double sum_dbeta_ = 0.0, sum_dgamma_ = 0.0;  // sum_c gamma[c] * (per-channel sums)
   Vec c1_ = Vec::Zero(), c2_ = Vec::Zero();
 };
@@ -305,15 +307,8 @@ void GroupNormGradSample(const GroupNormGradArgs& a, int64_t n) {
     }
     for (int64_t c = 0; c < C; c += kLanes) {  // the run's float sums into double
       const size_t count = ChannelLanes(C, c);
-      if (count == kLanes) {
-        AddToDoubles(Vec::Load(block_dbeta + c), dbeta + c);
-        AddToDoubles(Vec::Load(block_dgamma + c), dgamma + c);
-        continue;
-      }
-      for (int64_t k = c; k < C; ++k) {
-        dbeta[k] += block_dbeta[k];
-        dgamma[k] += block_dgamma[k];
-      }
+      AddToDoubles(LoadUpTo(block_dbeta + c, count), dbeta + c, count);
+      AddToDoubles(LoadUpTo(block_dgamma + c, count), dgamma + c, count);
     }
   }
 

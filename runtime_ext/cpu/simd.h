@@ -145,22 +145,6 @@ inline Mask SignSet(Vec a) { return _mm512_movepi32_mask(_mm512_castps_si512(a.v
 inline Mask IsNaN(Vec a) { return _mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q); }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {_mm512_mask_blend_ps(m, if_false.v, if_true.v)}; }
 inline float ReduceAdd(Vec a) { return _mm512_reduce_add_ps(a.v); }
-// Float lanes added into double lanes (a parameter gradient's sums: group_norm_swish_grad_kernel.h)
-struct WideSum {
-  __m512d lo, hi;
-  static WideSum Zero() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
-  void Add(Vec a) {
-    lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(a.v)));
-    hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1))));
-  }
-  double Total() const { return _mm512_reduce_add_pd(_mm512_add_pd(lo, hi)); }
-};
-// p[k] += lane k, for the kLanes doubles at p
-inline void AddToDoubles(Vec a, double* p) {
-  _mm512_storeu_pd(p, _mm512_add_pd(_mm512_loadu_pd(p), _mm512_cvtps_pd(_mm512_castps512_ps256(a.v))));
-  _mm512_storeu_pd(p + 8, _mm512_add_pd(_mm512_loadu_pd(p + 8),
-                                        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1)))));
-}
 inline void StreamFence() { _mm_sfence(); }
 
 // 1/d to ~1 ulp: the 14-bit estimate and one Newton step.
@@ -270,23 +254,6 @@ inline float ReduceAdd(Vec a) {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
   const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-struct WideSum {  // (see the AVX-512 one)
-  __m256d lo, hi;
-  static WideSum Zero() { return {_mm256_setzero_pd(), _mm256_setzero_pd()}; }
-  void Add(Vec a) {
-    lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(a.v)));
-    hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(a.v, 1)));
-  }
-  double Total() const {
-    const __m256d s = _mm256_add_pd(lo, hi);
-    const __m128d t = _mm_add_pd(_mm256_castpd256_pd128(s), _mm256_extractf128_pd(s, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(t, _mm_unpackhi_pd(t, t)));
-  }
-};
-inline void AddToDoubles(Vec a, double* p) {
-  _mm256_storeu_pd(p, _mm256_add_pd(_mm256_loadu_pd(p), _mm256_cvtps_pd(_mm256_castps256_ps128(a.v))));
-  _mm256_storeu_pd(p + 4, _mm256_add_pd(_mm256_loadu_pd(p + 4), _mm256_cvtps_pd(_mm256_extractf128_ps(a.v, 1))));
 }
 inline void StreamFence() { _mm_sfence(); }
 // AVX2's reciprocal estimate has 12 bits: divide instead (one per vector, off the critical path).
@@ -401,19 +368,6 @@ inline Mask SignSet(Vec a) { return vcltzq_s32(vreinterpretq_s32_f32(a.v)); }
 inline Mask IsNaN(Vec a) { return vmvnq_u32(vceqq_f32(a.v, a.v)); }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return {vbslq_f32(m, if_true.v, if_false.v)}; }
 inline float ReduceAdd(Vec a) { return vaddvq_f32(a.v); }
-struct WideSum {  // (see the AVX-512 one)
-  float64x2_t lo, hi;
-  static WideSum Zero() { return {vdupq_n_f64(0.0), vdupq_n_f64(0.0)}; }
-  void Add(Vec a) {
-    lo = vaddq_f64(lo, vcvt_f64_f32(vget_low_f32(a.v)));
-    hi = vaddq_f64(hi, vcvt_high_f64_f32(a.v));
-  }
-  double Total() const { return vaddvq_f64(vaddq_f64(lo, hi)); }
-};
-inline void AddToDoubles(Vec a, double* p) {
-  vst1q_f64(p, vaddq_f64(vld1q_f64(p), vcvt_f64_f32(vget_low_f32(a.v))));
-  vst1q_f64(p + 2, vaddq_f64(vld1q_f64(p + 2), vcvt_high_f64_f32(a.v)));
-}
 inline void StreamFence() {}
 // NEON's reciprocal estimate has 8 bits: divide instead, as AVX2 does (exact to the rounding).
 ASCEND_GRAD_MATH Vec Rcp(Vec d) { return {vdivq_f32(vdupq_n_f32(1.0f), d.v)}; }
@@ -522,13 +476,6 @@ inline Mask SignSet(Vec a) { return std::signbit(a.v); }
 inline Mask IsNaN(Vec a) { return a.v != a.v; }
 inline Vec Select(Mask m, Vec if_true, Vec if_false) { return m ? if_true : if_false; }
 inline float ReduceAdd(Vec a) { return a.v; }
-struct WideSum {  // (see the AVX-512 one)
-  double v;
-  static WideSum Zero() { return {0.0}; }
-  void Add(Vec a) { v += static_cast<double>(a.v); }
-  double Total() const { return v; }
-};
-inline void AddToDoubles(Vec a, double* p) { *p += static_cast<double>(a.v); }
 inline void StreamFence() {}
 ASCEND_GRAD_MATH Vec Rcp(Vec d) { return {1.0f / d.v}; }
 
