@@ -92,12 +92,16 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
-def _cann_harness():
-    path = Path(__file__).parent / "runtime_ext" / "cann_sim" / "harness.py"
-    spec = importlib.util.spec_from_file_location("cann_sim_harness", path)
+def _load(name: str, relative: str):
+    """The module at tests/<relative>, loaded by path (a test helper, not an importable package)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / relative)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _cann_harness():
+    return _load("cann_sim_harness", "runtime_ext/cann_sim/harness.py")
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +122,8 @@ def real_model(tmp_path_factory):
     """real_model(name, dynamic_batch=False) -> (module, example inputs, training graph): each model
     of models.modules.REAL_MODELS built (seed 0) by every worker that needs it, and exported (batch 2,
     the batch static or dynamic) once per run, for every test that needs that graph (an export of the
-    UNet takes half a minute of CPU): the other workers load the graph the first one saved."""
+    UNet takes most of a minute on these machines): the other workers load the graph the first one
+    saved."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("diffusers")
     import onnx
@@ -150,9 +155,7 @@ def _compiler_cache(tmp_path_factory) -> dict[str, str]:
     environment, and scikit-build-core then starts CMake's build folder afresh (its objects too), so
     the second flavour's build compiled every kernel the first had (about 50 s of CPU) for the same
     objects. Without apt-get or root: {} (the builds compile everything, as before)."""
-    spec = importlib.util.spec_from_file_location("aarch64_emulation", Path(__file__).parent / "aarch64" / "emulation.py")
-    emulation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emulation)
+    emulation = _load("aarch64_emulation", "aarch64/emulation.py")
     try:
         emulation.host_tools({"ccache": "ccache"}, why="caching the compiler's objects")
     except emulation.Unavailable as error:
