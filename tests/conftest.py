@@ -92,6 +92,15 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+@pytest.fixture
+def ascend_grad(capfd):
+    """ascend_grad(*args) -> CompletedProcess: `ascend-grad ARGS...` run in the test's process
+    (ascend_grad.testing.run_cli_here; run_cli runs the console script in a process of its own)."""
+    from ascend_grad.testing import run_cli_here
+
+    return lambda *args: run_cli_here(capfd, *args)
+
+
 def _load(name: str, relative: str):
     """The module at tests/<relative>, loaded by path (a test helper, not an importable package)."""
     spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / relative)

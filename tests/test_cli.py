@@ -1,5 +1,7 @@
 """The command line: `ascend-grad fuse` on real graphs and on bad input (exit 0 / 1 / 2, a one-line
-reason on stderr, never a traceback)."""
+reason on stderr, never a traceback). The commands run in the test's process (cli.main, as the
+console script calls it); the first test and the bad arguments run the console script in a process
+of its own, as tests/test_cli_hostile.py's whole-process cases and test_package's do."""
 
 import json
 import shutil
@@ -17,14 +19,13 @@ from ascend_grad.graph_passes import fuse_backward_ops
 from ascend_grad.models import GRAPHS, graph_path
 from ascend_grad.testing import assert_one_line_error, run_cli
 
-
-ascend_grad = run_cli  # (the command as the tests below spell it)
 _one_line_error = assert_one_line_error
 
 
 def test_fuse_verify_report(tmp_path):
+    """The main command in a whole process, as a user runs it."""
     out, report = tmp_path / "fused.onnx", tmp_path / "report.json"
-    done = ascend_grad("fuse", graph_path("resblock.aot.opt"), "-o", out, "--verify", "--report", report)
+    done = run_cli("fuse", graph_path("resblock.aot.opt"), "-o", out, "--verify", "--report", report)
     assert done.returncode == 0, done.stderr
     assert "GroupNormSwishGrad x1" in done.stdout and "verified" in done.stdout
     result = json.loads(report.read_text())
@@ -62,7 +63,7 @@ def test_verify_fails_when_the_fused_graph_differs(tmp_path, monkeypatch, capsys
     assert not list(tmp_path.iterdir())  # a wrong graph is not written, nor its report
 
 
-def test_graph_without_patterns_is_written_unchanged(tmp_path):
+def test_graph_without_patterns_is_written_unchanged(tmp_path, ascend_grad):
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
@@ -76,21 +77,21 @@ def test_graph_without_patterns_is_written_unchanged(tmp_path):
     assert [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node] == ["Relu"]
 
 
-def test_missing_file(tmp_path):
+def test_missing_file(tmp_path, ascend_grad):
     _one_line_error(ascend_grad("fuse", tmp_path / "nope.onnx", "-o", tmp_path / "o.onnx"), "nope.onnx", "no such file")
 
 
-def test_not_an_onnx_file(tmp_path):
+def test_not_an_onnx_file(tmp_path, ascend_grad):
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"\x00\xffthis is not protobuf\x12\x99" * 10)
     _one_line_error(ascend_grad("fuse", junk, "-o", tmp_path / "o.onnx"), "junk.onnx", "not an ONNX model")
 
 
-def test_unwritable_output(tmp_path):
+def test_unwritable_output(tmp_path, ascend_grad):
     _one_line_error(ascend_grad("fuse", graph_path("silu_mlp.aot.opt"), "-o", tmp_path / "no" / "dir" / "o.onnx"))
 
 
-def test_verify_on_a_graph_stock_onnxruntime_cannot_run(tmp_path):
+def test_verify_on_a_graph_stock_onnxruntime_cannot_run(tmp_path, ascend_grad):
     """onnxruntime-training graphs hold com.microsoft training ops: fused, but --verify says it
     cannot run the original (exit 2) rather than pretending, and nothing is left behind."""
     out = tmp_path / "o.onnx"
@@ -116,12 +117,12 @@ def test_bad_arguments_exit_2(args, tmp_path):
 @pytest.mark.parametrize("command", [[], ["ops"], ["fuse"], ["demo"], ["info"], ["export"], ["bench"],
                                      ["bench", "kernels"], ["bench", "graph_pass"], ["bench", "training_step"], ["bench", "training_artifacts"],
                                      ["bench", "translations"], ["bench", "chart"]])
-def test_help(command):
+def test_help(command, ascend_grad):
     done = ascend_grad(*command, "--help")
     assert done.returncode == 0 and done.stdout.startswith(f"usage: {' '.join(['ascend-grad', *command])}"), done.stdout
 
 
-def test_info_before_and_after_fusing(tmp_path):
+def test_info_before_and_after_fusing(tmp_path, ascend_grad):
     source = graph_path("resblock.aot.opt")
     done = ascend_grad("info", source)
     assert done.returncode == 0, done.stderr
@@ -139,18 +140,18 @@ def test_info_before_and_after_fusing(tmp_path):
     assert onnx.load(fused).SerializeToString() == onnx.load(fused).SerializeToString()  # info wrote nothing
 
 
-def test_info_says_why_something_was_left_alone():
+def test_info_says_why_something_was_left_alone(ascend_grad):
     done = ascend_grad("info", graph_path("scaled_swish_mlp.aot.opt"))
     assert done.returncode == 0 and "recognised but left alone: SiluBackward at" in done.stdout, done.stdout
 
 
-def test_info_bad_input(tmp_path):
+def test_info_bad_input(tmp_path, ascend_grad):
     _one_line_error(ascend_grad("info", tmp_path / "missing.onnx"), "no such file")
     (tmp_path / "text.onnx").write_text("hello")
     _one_line_error(ascend_grad("info", tmp_path / "text.onnx"), "not an ONNX model")
 
 
-def test_model_with_external_data(tmp_path):
+def test_model_with_external_data(tmp_path, ascend_grad):
     """Weights in a side file: fuse keeps them in a side file of its own, info and --verify read them."""
     model = onnx.load(graph_path("silu_mlp.aot.opt"))
     (tmp_path / "in").mkdir()
@@ -170,7 +171,7 @@ def test_model_with_external_data(tmp_path):
     assert [n.op_type for n in fused.graph.node].count("SiluBackward") == 1
 
 
-def test_model_with_every_tensor_external(tmp_path):
+def test_model_with_every_tensor_external(tmp_path, ascend_grad):
     """size_threshold=0 puts even an Unsqueeze's axes in the side file, which onnxruntime's shape
     inference cannot read from there: --verify still runs both graphs (data loaded in memory)."""
     model = onnx.load(graph_path("resblock.aot.opt"))
@@ -181,7 +182,7 @@ def test_model_with_every_tensor_external(tmp_path):
 
 
 @pytest.mark.parametrize("command", ["info", "fuse"])
-def test_missing_or_short_external_data(tmp_path, command):
+def test_missing_or_short_external_data(tmp_path, command, ascend_grad):
     """A side file that is gone or cut short is bad input, not a graph with nothing to fuse."""
     model = onnx.load(graph_path("silu_mlp.aot.opt"))
     onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=256)
@@ -196,7 +197,7 @@ def test_missing_or_short_external_data(tmp_path, command):
     assert not (tmp_path / "f.onnx").exists()
 
 
-def test_inputs_that_are_not_onnx_models(tmp_path):
+def test_inputs_that_are_not_onnx_models(tmp_path, ascend_grad):
     folder = tmp_path / "folder.onnx"
     folder.mkdir()
     _one_line_error(ascend_grad("info", folder), "is a directory")
@@ -210,7 +211,7 @@ def test_inputs_that_are_not_onnx_models(tmp_path):
     assert not (tmp_path / "o.onnx").exists()
 
 
-def test_bad_output_paths(tmp_path):
+def test_bad_output_paths(tmp_path, ascend_grad):
     source = graph_path("silu_mlp.aot.opt")
     _one_line_error(ascend_grad("fuse", source, "-o", tmp_path), "is a directory")
     _one_line_error(ascend_grad("fuse", source, "-o", tmp_path / "no" / "o.onnx"), "cannot write", "no folder")
@@ -223,7 +224,7 @@ def test_bad_output_paths(tmp_path):
     _one_line_error(ascend_grad("demo", "-o", tmp_path / "file" / "sub"), "cannot create the output folder")
 
 
-def test_bench_runs_a_benchmark():
+def test_bench_runs_a_benchmark(ascend_grad):
     done = ascend_grad("bench", "graph_pass", "--sizes", "300")
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and line[2:3].isalpha() and "nodes" not in line]
@@ -261,7 +262,7 @@ def untraceable():
 """
 
 
-def test_export_a_module_from_its_factory(tmp_path):
+def test_export_a_module_from_its_factory(tmp_path, ascend_grad):
     """package.module:factory, shapes, --fuse, --verify: the graph is written, holds our ops, and
     matches PyTorch; progress lines go to stderr."""
     pytest.importorskip("torch")
@@ -276,7 +277,7 @@ def test_export_a_module_from_its_factory(tmp_path):
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # --dynamic-batch
 
 
-def test_export_without_fuse_holds_no_ascend_op_and_a_file_module(tmp_path):
+def test_export_without_fuse_holds_no_ascend_op_and_a_file_module(tmp_path, ascend_grad):
     pytest.importorskip("torch")
     (tmp_path / "net.py").write_text(MODULE_FILE)
     out = tmp_path / "mlp.onnx"
@@ -294,7 +295,7 @@ def test_export_without_fuse_holds_no_ascend_op_and_a_file_module(tmp_path):
     ("NET:untraceable", "cannot be exported"),
     ("missing.py:f", "missing.py: no such file"),
 ])
-def test_export_bad_modules_are_one_line_errors(tmp_path, factory, fragment):
+def test_export_bad_modules_are_one_line_errors(tmp_path, factory, fragment, ascend_grad):
     pytest.importorskip("torch")
     (tmp_path / "net.py").write_text(MODULE_FILE)
     factory = factory.replace("NET", str(tmp_path / "net.py"))
@@ -304,7 +305,7 @@ def test_export_bad_modules_are_one_line_errors(tmp_path, factory, fragment):
     assert "Traceback" not in done.stderr and not (tmp_path / "out.onnx").exists()
 
 
-def test_export_names_every_untranslatable_op(tmp_path):
+def test_export_names_every_untranslatable_op(tmp_path, ascend_grad):
     pytest.importorskip("torch")
     (tmp_path / "net.py").write_text(MODULE_FILE + """
 @torch.library.custom_op("cli_test::odd", mutates_args=())
@@ -327,7 +328,7 @@ def odd_net():
     assert "cli_test.odd.default: used by 1 (Odd)" in done.stderr and not (tmp_path / "out.onnx").exists()
 
 
-def test_fuse_for_ascend_writes_the_model_and_its_plan(tmp_path):
+def test_fuse_for_ascend_writes_the_model_and_its_plan(tmp_path, ascend_grad):
     out = tmp_path / "fused.onnx"
     done = ascend_grad("fuse", graph_path("resblock.aot.opt"), "-o", out, "--target", "ascend")
     assert done.returncode == 0 and not done.stderr.strip(), done.stderr
@@ -343,7 +344,7 @@ def test_fuse_for_ascend_writes_the_model_and_its_plan(tmp_path):
 
 
 @pytest.mark.parametrize("dtypes", [("float16", "float32"), ("bfloat16", "float16")])
-def test_fuse_for_ascend_keeps_a_mixed_dtype_mish_backward(tmp_path, rng, dtypes):
+def test_fuse_for_ascend_keeps_a_mixed_dtype_mish_backward(tmp_path, rng, dtypes, ascend_grad):
     """A MishBackward whose inputs differ in dtype is one aclnnMishBackward call (the seed's dtype
     deduction): OUT holds it as IN does, no Cast added, and the plan puts it on the NPU."""
     from ascend_grad.testing import FLOAT_DTYPES, cast_wrapped, random_array
@@ -360,7 +361,7 @@ def test_fuse_for_ascend_keeps_a_mixed_dtype_mish_backward(tmp_path, rng, dtypes
     assert [n.op_type for n in onnx.load(tmp_path / "out.onnx").graph.node] == [n.op_type for n in model.graph.node]
 
 
-def test_fuse_for_ascend_refuses_what_onnxruntime_cann_cannot_load(tmp_path):
+def test_fuse_for_ascend_refuses_what_onnxruntime_cann_cannot_load(tmp_path, ascend_grad):
     """onnxruntime-training graphs hold training ops (com.microsoft) that no inference build has."""
     out = tmp_path / "fused.onnx"
     done = ascend_grad("fuse", graph_path("silu_mlp.ort_training"), "-o", out, "--target", "ascend")
@@ -369,13 +370,13 @@ def test_fuse_for_ascend_refuses_what_onnxruntime_cann_cannot_load(tmp_path):
 
 
 @pytest.mark.parametrize("graph", ["resblock.aot.fp16", "mish_mlp.export.fp16", "gn_swish.export.dyn"])
-def test_fuse_for_ascend_verify(tmp_path, graph):
+def test_fuse_for_ascend_verify(tmp_path, graph, ascend_grad):
     done = ascend_grad("fuse", graph_path(graph), "-o", tmp_path / "out.onnx", "--target", "ascend", "--verify")
     assert done.returncode == 0, done.stderr
     assert "verified" in done.stdout
 
 
-def test_fuse_an_inference_model(tmp_path):
+def test_fuse_an_inference_model(tmp_path, ascend_grad):
     """A forward-only export (TorchScript, constant folding on): its GroupNorm+SiLU becomes one
     GroupNormSwish, and --verify runs both."""
     source = GRAPHS / "collection" / "gn_silu.fwd.ts.fold.o17.static.f32.init.onnx"

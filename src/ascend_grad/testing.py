@@ -213,6 +213,25 @@ def run_cli(*args):
     return subprocess.run([script, *map(str, args)], capture_output=True, text=True)
 
 
+def run_cli_here(capfd, *args):
+    """`ascend-grad ARGS...` in this process, as the console script runs it (`cli.main`; argparse's
+    exits give the status), with what it wrote read through pytest's `capfd` (file descriptors,
+    so the C++ libraries' writes too) -> the same CompletedProcess as run_cli. A process per command
+    spent 1.7 s of CPU importing onnx, onnxscript and onnxruntime before its first step; what only a
+    whole process shows keeps run_cli (a silent stderr, the exit at interpreter shutdown)."""
+    import subprocess
+
+    from ascend_grad import cli
+
+    capfd.readouterr()  # (what the test printed before)
+    try:
+        status = cli.main([str(a) for a in args])
+    except SystemExit as exit:  # --help, bad arguments
+        status = 0 if exit.code is None else exit.code
+    out, err = capfd.readouterr()
+    return subprocess.CompletedProcess(["ascend-grad", *map(str, args)], status, out, err)
+
+
 def assert_one_line_error(done, *fragments) -> None:
     """Bad input: exit 2 and one line "ascend-grad: error: ..." on stderr holding every fragment."""
     assert done.returncode == 2, done.stderr

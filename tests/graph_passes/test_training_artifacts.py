@@ -26,7 +26,7 @@ from ascend_grad.graph_passes import NotArtifacts, fuse_training_artifacts
 
 torch = pytest.importorskip("torch")
 from ascend_grad.models import modules, ort_training  # noqa: E402  (needs torch)
-from ascend_grad.testing import assert_one_line_error, run_cli
+from ascend_grad.testing import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, LR = 5, 1e-3  # AdamW steps compared, on the same batch
@@ -256,11 +256,10 @@ def test_folders_that_are_not_artifacts(tmp_path, artifacts):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["partial"]
 
 
-ascend_grad = run_cli  # (the command as the tests below spell it)
 _one_line_error = assert_one_line_error
 
 
-def test_command_line(artifacts, tmp_path):
+def test_command_line(artifacts, tmp_path, ascend_grad):
     """`ascend-grad fuse IN_DIR -o OUT_DIR --report`; a folder that is not one, --verify and
     --target ascend on one: exit 2, one line, nothing written."""
     original, _ = artifacts("resblock")
