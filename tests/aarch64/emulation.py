@@ -224,26 +224,41 @@ def _pip_target(site: Path, *requirements, what: str, no_deps=False):
           *(["--no-deps"] if no_deps else []), *requirements], what)
 
 
+def _packages(name: str) -> Path:
+    """The folder of the aarch64 virtual environment `name` holding the packages VENVS names (made
+    anew when the list changes)."""
+    folder = ROOT / "venvs" / name
+    ready = folder / "ready"
+    wanted = " ".join([*VENVS[name], *BASE, *TOOLS])
+    if ready.exists() and ready.read_text() == wanted:
+        return folder
+    shutil.rmtree(folder, ignore_errors=True)
+    twin = next(other for other in VENVS if VENVS[other] == VENVS[name])
+    if twin != name:
+        # the packages of an earlier venv: a copy of it (its python a link to the sysroot's; a wheel
+        # of this repository in it is replaced by venv()), not a second resolve and install (20 s of CPU)
+        shutil.copytree(_packages(twin), folder, symlinks=True)
+        (folder / "wheel").unlink(missing_ok=True)
+    else:
+        _run([SYSROOT / "usr" / "bin" / "python3.11", "-m", "venv", "--without-pip", folder],
+             "python3.11 -m venv under emulation", env=environment())
+        _pip_target(folder / "lib" / "python3.11" / "site-packages", *VENVS[name], *BASE, *TOOLS,
+                    what=f"pip install (aarch64) {' '.join(VENVS[name])}")
+    ready.write_text(wanted)
+    return folder
+
+
 def venv(name: str, built: Path | None = None) -> Path:
     """The python of the aarch64 virtual environment `name` (VENVS) with a wheel of this repository
     in it: `built`, else the cross-built one (installed again whenever the wheel changes)."""
-    folder = ROOT / "venvs" / name
-    python = folder / "bin" / "python"
-    site = folder / "lib" / "python3.11" / "site-packages"
-    ready = folder / "ready"
-    wanted = " ".join([*VENVS[name], *BASE, *TOOLS])
-    if not ready.exists() or ready.read_text() != wanted:  # (made anew when the list changes)
-        shutil.rmtree(folder, ignore_errors=True)
-        _run([SYSROOT / "usr" / "bin" / "python3.11", "-m", "venv", "--without-pip", folder],
-             "python3.11 -m venv under emulation", env=environment())
-        _pip_target(site, *VENVS[name], *BASE, *TOOLS, what=f"pip install (aarch64) {' '.join(VENVS[name])}")
-        ready.write_text(wanted)
+    folder = _packages(name)
     built = built or wheel()
     installed, identity = folder / "wheel", f"{built} {hashlib.sha256(built.read_bytes()).hexdigest()}"
     if not installed.exists() or installed.read_text() != identity:
-        _pip_target(site, built, what=f"pip install (aarch64) {built.name}", no_deps=True)
+        _pip_target(folder / "lib" / "python3.11" / "site-packages", built, what=f"pip install (aarch64) {built.name}",
+                    no_deps=True)
         installed.write_text(identity)
-    return python
+    return folder / "bin" / "python"
 
 
 def ready(name: str, built: Path | None = None) -> Path:
