@@ -3,8 +3,9 @@ double exp over EVERY float argument in [-104.5, 0] (1.12e9 of them), once per d
 AVX-512 (a 16-entry table of 2^(j/16) and a cubic), AVX2 and NEON (one degree-6 polynomial, the
 same operations) and the portable scalar path. avx512bf16 compiles the AVX-512 path unchanged. The
 bounds are the measured worst errors rounded up in the third digit, so a change that loses accuracy
-anywhere fails here. The builds run at once (30 s on two cores, 34 s of CPU, the scalar one the slowest);
-the harness is built with the library's -ffp-contract=off, by $CXX if set (the cross compiler under
+anywhere fails here. One program holds every path (exp_path.cc built once per instruction set,
+linked into exp_accuracy.cc) and computes the double reference once per argument for all of them;
+it is built with the library's -ffp-contract=off, by $CXX if set (the cross compiler under
 emulation, tests/aarch64), and ASCEND_GRAD_EXP_STEP=k checks every k-th argument only (emulation)."""
 
 import math
@@ -18,7 +19,8 @@ import pytest
 
 from ascend_grad import runtime_ext
 
-HARNESS = Path(__file__).with_name("exp_accuracy.cc")
+HARNESS = Path(__file__).with_name("exp_accuracy.cc")  # (main: the arguments and the double reference)
+PATH = Path(__file__).with_name("exp_path.cc")  # (one instruction set's ExpNeg, built once per set)
 SOURCES = Path(__file__).resolve().parents[2] / "runtime_ext"  # (the checkout's: the installed package has no C++)
 FLAGS = {
     "avx512": ["-mavx512f", "-mavx512bw", "-mavx512dq", "-mavx512vl", "-mfma", "-mf16c"],
@@ -33,34 +35,33 @@ ISAS = [isa for isa in FLAGS if isa in runtime_ext.runnable_isas()]
 
 @pytest.fixture(scope="module")
 def measured(onnxruntime_headers, tmp_path_factory):
-    """{isa: (max_ulp, where, above_one, subnormal_max, [(argument, result)])} from the harness."""
+    """{isa: (max_ulp, where, above_one, subnormal_max, [(argument, result)])} from the harness: one
+    program holding every path of ISAS, which computes the double reference once for all of them."""
     compiler = os.environ.get("CXX") or "g++"
     if shutil.which(compiler) is None:
         pytest.skip(f"needs {compiler}")
     if onnxruntime_headers is None:
         pytest.skip("no onnxruntime include/ folder (set ONNXRUNTIME_INCLUDE_DIR or pip install . first)")
     folder = tmp_path_factory.mktemp("exp")
-    runs = {}
-    for isa in ISAS:
-        binary = folder / f"exp_{isa}"
-        built = subprocess.run([compiler, "-O2", "-std=c++17", "-ffp-contract=off", *FLAGS[isa], f"-DASCEND_GRAD_ISA={isa}",
-                                f"-I{SOURCES}", f"-I{onnxruntime_headers}", "-o", str(binary), str(HARNESS)], capture_output=True, text=True)
-        assert built.returncode == 0, f"{isa}: the harness did not build:\n{built.stderr[-4000:]}"
-        runs[isa] = subprocess.Popen([str(binary), os.environ.get("ASCEND_GRAD_EXP_STEP", "1")], stdout=subprocess.PIPE, text=True)
+    common = [compiler, "-O2", "-std=c++17", "-ffp-contract=off", f"-I{SOURCES}", f"-I{onnxruntime_headers}", f"-I{HARNESS.parent}"]
+    builds = {isa: subprocess.Popen([*common, *FLAGS[isa], f"-DASCEND_GRAD_ISA={isa}", "-c", "-o", str(folder / f"{isa}.o"), str(PATH)],
+                                    stderr=subprocess.PIPE, text=True) for isa in ISAS}
+    for isa, build in builds.items():
+        _, stderr = build.communicate()
+        assert build.returncode == 0, f"{isa}: the ExpNeg path did not build:\n{stderr[-4000:]}"
+    binary = folder / "exp_accuracy"
+    built = subprocess.run([*common, "-o", str(binary), str(HARNESS), *(str(folder / f"{isa}.o") for isa in ISAS)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, f"the harness did not build:\n{built.stderr[-4000:]}"
+    run = subprocess.run([str(binary), os.environ.get("ASCEND_GRAD_EXP_STEP", "1")], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"the harness failed ({run.returncode}): {run.stderr[-2000:]}"
     results = {}
-    try:
-        for isa, run in runs.items():
-            out, _ = run.communicate(timeout=600)
-            assert run.returncode == 0, f"{isa}: the harness failed ({run.returncode})"
-            lines = out.splitlines()
-            words = lines[0].split()
-            specials = [tuple(float(word) for word in line.split()[1:]) for line in lines[1:]]
-            results[isa] = (float(words[1]), float(words[3]), int(words[5]), float(words[9]), specials)
-            print(f"{isa}: {lines[0]}")
-    finally:
-        for run in runs.values():  # (after a failure: the others still running)
-            if run.poll() is None:
-                run.kill()
+    for isa in ISAS:
+        lines = [line.split(": ", 1)[1] for line in run.stdout.splitlines() if line.startswith(f"{isa}: ")]
+        words = lines[0].split()
+        specials = [tuple(float(word) for word in line.split()[1:]) for line in lines[1:]]
+        results[isa] = (float(words[1]), float(words[3]), int(words[5]), float(words[9]), specials)
+        print(f"{isa}: {lines[0]}")
     return results
 
 
