@@ -205,13 +205,17 @@ class TinyClassifier(nn.Module):
 
 
 def diffusers_unet():
-    """diffusers' UNet2DModel with its default block types (three attention down blocks, a mid block
-    with attention, three attention up blocks), small: 32/64 channels, one ResNet per block, 32
-    groups (G == C in the 32-channel blocks). Inputs: sample (N, 3, 16, 16), timestep (N,) int64."""
+    """diffusers' UNet2DModel with one block of each of its default block types: a ResNet down block
+    (a stride-2 conv after it), an attention down block, the mid block with attention, an attention
+    up block (nearest upsampling and a conv after it) and a ResNet up block; 32/64 channels, one
+    ResNet per block, 32 groups (G == C in the 32-channel blocks). The default config repeats the
+    attention blocks three times over 32/32/64/64 channels: the same spellings, twice the nodes and
+    twice the export time. Inputs: sample (N, 3, 16, 16), timestep (N,) int64."""
     import diffusers
 
     return diffusers.UNet2DModel(sample_size=16, in_channels=3, out_channels=3, layers_per_block=1,
-                                 block_out_channels=(32, 32, 64, 64))
+                                 block_out_channels=(32, 64), down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                                 up_block_types=("AttnUpBlock2D", "UpBlock2D"))
 
 
 def diffusers_vae():
