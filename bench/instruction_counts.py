@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = REPO / "bench" / "instruction_counts.cc"
 FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fno-math-errno", "-static"]
-SCHEDULE = ["-fschedule-insns", "-fsched-pressure"]  # (the x86 tables' own, runtime_ext/CMakeLists.txt)
+SCHEDULE = ["-fschedule-insns", "-fsched-pressure"]  # (the x86 tables' own, runtime_ext/library/CMakeLists.txt)
 # table -> (compiler, its flags, emulator or None: counted statically)
 PATHS = {
     "neon": ("aarch64-linux-gnu-g++", ["-DASCEND_GRAD_NEON=1"], "qemu-aarch64-static"),

@@ -1,4 +1,4 @@
-// The avx2 kernel table (compiler flags in CMakeLists.txt).
+// The avx2 kernel table (compiler flags in ../library/CMakeLists.txt).
 #define ASCEND_GRAD_ISA avx2
 #include "cpu/isa_table.h"
 

@@ -1,5 +1,5 @@
 // The avx512bf16 kernel table: AVX-512 plus the one-instruction float -> bfloat16 rounding
-// (compiler flags in CMakeLists.txt).
+// (compiler flags in ../library/CMakeLists.txt).
 #define ASCEND_GRAD_ISA avx512bf16
 #include "cpu/isa_table.h"
 

@@ -1,4 +1,4 @@
-// The generic kernel table (compiler flags in CMakeLists.txt).
+// The generic kernel table (compiler flags in ../library/CMakeLists.txt).
 #define ASCEND_GRAD_ISA generic
 #include "cpu/isa_table.h"
 

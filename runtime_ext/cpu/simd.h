@@ -53,7 +53,7 @@ namespace ASCEND_GRAD_ISA {
 // Vectors a loop step takes through that math: loaded together (before any store, which the
 // compiler could not move a load above), computed side by side, stored together, so the core finds
 // independent work beside each long exp-and-divide chain (compiled with -fschedule-insns,
-// CMakeLists.txt). AMD EPYC Zen 4, AVX2, one thread, 3 placements, interleaved child processes,
+// library/CMakeLists.txt). AMD EPYC Zen 4, AVX2, one thread, 3 placements, interleaved child processes,
 // medians: GroupNormSwish (2, 320, 64, 64) float 3.06 -> 2.59 ms, bfloat16 4.19 -> 3.10, NHWC
 // (2, 64, 64, 320) float 4.28 -> 3.52, bfloat16 6.15 -> 4.19; two steps -> four in the elementwise
 // loop: 1M float MishBackward 1.17 -> 1.04, 16M SiluBackward 13.6 -> 11.9, 1M 0.78 -> 0.76. Not
