@@ -158,21 +158,6 @@ def real_model(tmp_path_factory):
     return get
 
 
-def _compiler_cache(tmp_path_factory) -> dict[str, str]:
-    """The environment that puts ccache (Debian's, installed where missing) in front of the C++
-    compiler of a CMake build, with a cache of this run: each `pip install .` builds in a new isolated
-    environment, and scikit-build-core then starts CMake's build folder afresh (its objects too), so
-    the second flavour's build compiled every kernel the first had (about 50 s of CPU) for the same
-    objects. Without apt-get or root: {} (the builds compile everything, as before)."""
-    emulation = _load("aarch64_emulation", "aarch64/emulation.py")
-    try:
-        emulation.host_tools({"ccache": "ccache"}, why="caching the compiler's objects")
-    except emulation.Unavailable as error:
-        print(f"builds without ccache: {error}")
-        return {}
-    return {"CMAKE_CXX_COMPILER_LAUNCHER": shutil.which("ccache"), "CCACHE_DIR": str(_shared_folder(tmp_path_factory, "ccache"))}
-
-
 @pytest.fixture(scope="session")
 def installed_beside(tmp_path_factory):
     """installed_beside(distribution) -> python of a fresh venv holding that onnxruntime distribution
@@ -185,10 +170,10 @@ def installed_beside(tmp_path_factory):
         venv.create(folder / "env", with_pip=True)
         pip = [folder / "env" / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
         subprocess.run([*pip, distribution, "numpy<2"], check=True)
-        # one build at a time: pip builds the repository in its one build folder (build/<wheel tag>)
+        # one build at a time: pip builds the repository in its one build folder (build/<wheel tag>),
+        # where the kernels' objects of the checkout's own install are kept (runtime_ext/library/)
         with _locked(_shared_folder(tmp_path_factory, "beside-build.lock")):
-            subprocess.run([*pip, str(Path(__file__).resolve().parents[1]), "numpy<2"], check=True,
-                           env=dict(os.environ, **_compiler_cache(tmp_path_factory)))
+            subprocess.run([*pip, str(Path(__file__).resolve().parents[1]), "numpy<2"], check=True)
 
     def get(distribution):
         folder = _shared_folder(tmp_path_factory, "beside-" + re.sub(r"[^A-Za-z0-9.]+", "-", distribution))
