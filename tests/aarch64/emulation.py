@@ -49,15 +49,16 @@ SYSROOT_PACKAGES = ["python3.11-minimal", "libpython3.11-minimal", "libpython3.1
 # what pip may install into the sysroot's python (glibc 2.36)
 PLATFORMS = ["linux_aarch64", "manylinux2014_aarch64"] + [f"manylinux_2_{minor}_aarch64" for minor in range(17, 37)]
 TOOLS = ["pytest>=8", "pytest-xdist>=3.6", "pytest-timeout>=2.3", "hypothesis>=6.100"]  # (pyproject's addopts and ini name them)
-# the two environments: (name, packages); numpy 1 for onnxruntime-cann, which its metadata does not say.
+# the environments: (name, packages); numpy 1 for onnxruntime-cann, which its metadata does not say.
 # ml_dtypes (onnx's) before 0.7: 0.7.0 registers its numpy loops in time quadratic in their number, and
 # its import took 10.4 s of CPU under emulation against 0.6.0's 1.4 (`import ascend_grad.ops` 16.5 s
 # against 5.7; natively 1 s against 0.01), in each emulated process that imports onnx (the numpy-1
 # environment gets 0.5 anyway). The x86 environments keep what pip picks (tests/test_wheels.py: 0.7).
+ONNXRUNTIME = ["onnxruntime==1.32.0", "numpy", "ml_dtypes<0.7"]
 VENVS = {
-    "onnxruntime": ["onnxruntime==1.32.0", "numpy", "ml_dtypes<0.7"],
+    "onnxruntime": ONNXRUNTIME,
     "onnxruntime-cann": ["onnxruntime-cann==1.24.4", "numpy<2"],
-    "wheelhouse": ["onnxruntime==1.32.0", "numpy", "ml_dtypes<0.7"],  # (for a wheel of build_support/wheels: tests/test_wheels.py)
+    "wheelhouse": ONNXRUNTIME,  # (for a wheel of build_support/wheels: tests/test_wheels.py; a copy of the first)
 }
 
 def _base_requirements() -> list[str]:
@@ -102,18 +103,18 @@ def _apt_get(*args, what: str):
     return _run(["apt-get", "-q", "-o", "DPkg::Lock::Timeout=600", *args], what, env=env)
 
 
-def host_tools(tools: dict[str, str] = HOST_PACKAGES, why: str = "aarch64 emulation"):
-    """The tools {program: Debian package} (by default the cross compiler, qemu-user-static and
-    binfmt-support), installed by apt-get where missing, one installer at a time: what other tests
-    install comes from here too (tests/runtime_ext/test_x86_features.py's qemu-x86_64)."""
+def host_tools():
+    """HOST_PACKAGES (the cross compiler, qemu-user-static and binfmt-support), installed by apt-get
+    where missing, one installer at a time (tests/runtime_ext/test_x86_features.py's qemu-x86_64
+    comes from here too)."""
     with _locked("host-tools"):
-        missing = [package for tool, package in tools.items() if shutil.which(tool) is None]
+        missing = [package for tool, package in HOST_PACKAGES.items() if shutil.which(tool) is None]
         if not missing:
             return
         if shutil.which("apt-get") is None:
-            raise Unavailable(f"{why} needs {', '.join(missing)} and there is no apt-get to install them")
+            raise Unavailable(f"aarch64 emulation needs {', '.join(missing)} and there is no apt-get to install them")
         if os.geteuid() != 0:
-            raise Unavailable(f"{why} needs {', '.join(missing)}: apt-get install needs root")
+            raise Unavailable(f"aarch64 emulation needs {', '.join(missing)}: apt-get install needs root")
         _apt_get("update", what="apt-get update")
         _apt_get("install", "-y", "--no-install-recommends", *missing, what=f"apt-get install {' '.join(missing)}")
 
