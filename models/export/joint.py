@@ -5,9 +5,10 @@ parameters that require grad, and the new values of the buffers the step updates
    mode, as the module is), with dimension 0 of every input symbolic if asked;
 2. our ops put in (substitute.py), so autograd calls our backward ops;
 3. AOTAutograd's joint trace (`_decompose_exported_program(joint_loss_index=0)`, as torch's own
-   `_export_forward_backward`), with PyTorch's core decompositions except for the ops models/export
-   translates itself, and scaled_dot_product_attention in its math form (its CPU flash kernel's
-   backward has no ONNX spelling; the math form's backward is matmuls and a softmax backward);
+   `_export_forward_backward`), with PyTorch's core decompositions and torch.onnx's (those of the
+   ops without a translation) except for the ops models/export translates itself, and
+   scaled_dot_product_attention in its math form (its CPU flash kernel's backward has no ONNX
+   spelling; the math form's backward is matmuls and a softmax backward);
 4. every output made a user output in SPEC.md's order: loss, gradients in `named_parameters()`
    order, buffer updates in `named_buffers()` order (torch.onnx writes only user outputs).
 """
@@ -41,14 +42,16 @@ class Joint:
     batch_range: tuple[int, int | None] | None = None  # dynamic batch: the sizes the trace holds for
 
 
-def decomposition_table(translated) -> dict:
-    """PyTorch's core ATen decompositions and ours (tensor.DECOMPOSITIONS), less the ops we
-    translate ourselves (`translated`)."""
+def decomposition_table(translated, onnx_table=None) -> dict:
+    """PyTorch's core ATen decompositions and ours (tensor.DECOMPOSITIONS) over torch.onnx's
+    (`onnx_table`: those of the ops it has no translation for), less the ops we translate ourselves
+    (`translated`). With torch.onnx's in the joint trace, its own decomposition of the joint graph
+    before translating has nothing left to do (training_graph.py skips it)."""
     from torch._decomp import core_aten_decompositions
 
     from ascend_grad.models.export import tensor
 
-    table = {**core_aten_decompositions(), **tensor.DECOMPOSITIONS}
+    table = {**(onnx_table or {}), **core_aten_decompositions(), **tensor.DECOMPOSITIONS}
     for op in translated:
         table.pop(op, None)
     return table
@@ -61,9 +64,10 @@ def math_attention():
     return sdpa_kernel([SDPBackend.MATH])
 
 
-def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch: bool = False, translated=(),
+def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch: bool = False, table=None,
           ours: bool = True) -> Joint:
-    """The joint program of one training step; `ours`: with our ops put in (else as PyTorch spells it)."""
+    """The joint program of one training step under the decompositions `table` (default: PyTorch's
+    core ones); `ours`: with our ops put in (else as PyTorch spells it)."""
     tensors = [k for k, v in enumerate(example_inputs) if isinstance(v, torch.Tensor)]
     constants = {k: v for k, v in enumerate(example_inputs) if k not in tensors}
     wrapped = WithLoss(module, loss_fn, constants)
@@ -79,7 +83,7 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
     # such parameters are traced as frozen (their traced values, not the module's, stop requiring
     # grad) and given zero gradients afterwards, as torch's None
     unused = _unused_parameters(program)
-    joint = _joint(program, decomposition_table(translated))
+    joint = _joint(program, decomposition_table(()) if table is None else table)
     if dynamic_batch:  # (torch.export itself refuses a forward that fixes it)
         _check_batch_symbolic(joint, "tracing the backward")
     gradients, buffers = _user_outputs(joint, wrapped, unused)

@@ -28,6 +28,9 @@ PRIVATE_NAMES = (
     "torch.onnx._internal.exporter._registration:ONNXRegistry.register_op",
     "torch.onnx._internal.exporter._registration:ONNXRegistry.is_registered",
     "torch.onnx._internal.exporter._core:_prepare_exported_program_for_export",
+    "torch.onnx._internal.exporter._fx_passes:insert_type_promotion_nodes",
+    "torch.onnx._internal.exporter._fx_passes:remove_assertion_nodes",
+    "torch.fx.experimental._config:backed_size_oblivious",
     "torch.onnx._internal.exporter._core:_exported_program_to_onnx_program",
     "torch.onnx._internal.exporter._decomp:create_onnx_friendly_decomposition_table",
     "torch.onnx._internal.exporter._decomp:get_onnx_implemented_overloads",
@@ -79,6 +82,22 @@ def prepare_for_onnx(program, registry):
     from torch.onnx._internal.exporter import _core
 
     return _core._prepare_exported_program_for_export(program, registry=registry)
+
+
+def prepare_decomposed_for_onnx(program):
+    """prepare_for_onnx for a program none of whose ops torch.onnx would decompose, without that
+    decomposition (a new trace of the whole program, which would give the same graph back): type
+    promotions made explicit and assertions removed, on a copy. This is torch 2.13's
+    `_core._prepare_exported_program_for_export` less its `decompose_with_registry`."""
+    import torch
+    from torch.export.experimental import _copy_graph_module_and_signature
+    from torch.onnx._internal.exporter import _fx_passes
+
+    graph_module, signature = _copy_graph_module_and_signature(program)
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):  # (as torch.onnx's)
+        _fx_passes.insert_type_promotion_nodes(graph_module)
+        graph_module = _fx_passes.remove_assertion_nodes(graph_module)
+    return program._update(graph_module, signature)
 
 
 def to_onnx_program(program, registry):

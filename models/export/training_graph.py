@@ -36,6 +36,18 @@ def _registry():
         return torch_internals.onnx_registry(DECOMPOSE, TABLE)
 
 
+@functools.cache
+def _onnx_decompositions() -> dict:
+    """torch.onnx's decompositions for _registry(): those of the ops it has no translation for."""
+    return torch_internals.onnx_decomposition_table(_registry())
+
+
+@functools.cache
+def _decompositions() -> dict:
+    """The joint trace's: PyTorch's core decompositions and torch.onnx's, less the ops of TABLE."""
+    return joint.decomposition_table(TABLE, _onnx_decompositions())
+
+
 @contextlib.contextmanager
 def _quiet():
     """torch.onnx's and its optimizer's notes ("torchvision is not installed", "Skipped deduplication
@@ -65,16 +77,22 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     say("trace")
     with _quiet():
-        traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, translated=TABLE, ours=fuse)
+        traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, table=_decompositions(), ours=fuse)
     say("check")
     registry = _registry()
     with _quiet(), joint.math_attention():
-        decomposed = torch_internals.prepare_for_onnx(traced.joint, registry)
+        # torch.onnx's decompositions were applied in the joint trace: its own decomposition of the
+        # joint graph, a second trace of all of it, has nothing left to do and is skipped (docs/exporter.md)
+        if not any(n.op == "call_function" and n.target in _onnx_decompositions() for n in traced.joint.graph.nodes):
+            decomposed = torch_internals.prepare_decomposed_for_onnx(traced.joint)
+        else:  # (one of them declined in the trace: torch.onnx's two traces, as it makes them)
+            traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, table=joint.decomposition_table(TABLE),
+                                 ours=fuse)
+            decomposed = torch_internals.prepare_for_onnx(traced.joint, registry)
     missing = unsupported.missing_ops(decomposed, registry)
     if missing:
-        onnx_table = torch_internals.onnx_decomposition_table(registry)
         with _quiet():
-            unsupported.raise_for(missing, traced.program, {**onnx_table, **joint.decomposition_table(TABLE)})
+            unsupported.raise_for(missing, traced.program, _decompositions())
     say("translate")
     with _quiet():
         program = torch_internals.to_onnx_program(decomposed, registry)

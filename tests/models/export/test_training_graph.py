@@ -390,6 +390,49 @@ def test_dynamic_batch_with_batch_norm_updates_buffers():
     assert_step_matches(model, module, inputs, run_kernels, "dynamic BatchNorm")
 
 
+# ---- one trace of the joint graph, not two
+
+
+def _canonical(model: onnx.ModelProto):
+    """The graph with its names left out: every value named by where it first appears, every
+    constant by its contents (two exports number their values and constants differently)."""
+    names = {i.name: f"input {k}" for k, i in enumerate(model.graph.input)}
+    for t in model.graph.initializer:
+        names[t.name] = t.name if "." in t.name else onnx.numpy_helper.to_array(t).tobytes() + bytes(t.dims)
+    nodes = []
+    for n in model.graph.node:
+        outputs = [names.setdefault(o, f"value {len(names)}") for o in n.output]
+        attributes = sorted((a.name, a.SerializeToString(deterministic=True)) for a in n.attribute)
+        nodes.append((n.domain, n.op_type, [names.get(i, i) for i in n.input], outputs, attributes))
+    shapes = sorted((str(names.get(v.name, v.name)), v.type.SerializeToString(deterministic=True)) for v in model.graph.value_info)
+    return nodes, [(o.name, names.get(o.name)) for o in model.graph.output], shapes
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_one_trace_gives_the_graph_of_two(monkeypatch, dynamic):
+    """torch.onnx's decompositions go into the joint trace, and its own decomposition of the joint
+    graph (a second trace of all of it) is skipped: the graph is the one the two traces give, where
+    they are still made (an op torch.onnx decomposes left in the joint graph: here BatchNorm's
+    functional forward, with PyTorch's core decompositions only)."""
+    from torch.onnx._internal.exporter import _core
+
+    from ascend_grad.models.export import TABLE, joint, training_graph
+
+    module = make(lambda: nn.Sequential(modules.ConvBNAct(3, 8, 3), modules.ResBlock(channels=8, hidden=16, groups=4)))
+    inputs = (torch.randn(2, 3, 7, 6),)
+    torch_prepare, second_traces = _core._prepare_exported_program_for_export, []
+    monkeypatch.setattr(_core, "_prepare_exported_program_for_export",
+                        lambda program, registry: second_traces.append(1) or torch_prepare(program, registry=registry))
+    one = export_training_graph(module, inputs, dynamic_batch=dynamic)
+    assert not second_traces
+    monkeypatch.setattr(training_graph, "_decompositions", lambda: joint.decomposition_table(TABLE))
+    two = export_training_graph(module, inputs, dynamic_batch=dynamic)
+    assert second_traces
+    assert _canonical(one) == _canonical(two)
+    assert ours(one) == {"SiluBackward": 1, "GroupNormSwishGrad": 1, "GroupNormSwish": 1}, ours(one)
+    assert_step_matches(one, module, inputs, run_kernels, "one trace")
+
+
 # ---- what cannot be exported
 
 
