@@ -44,7 +44,8 @@ def _onnx_decompositions() -> dict:
 
 @functools.cache
 def _decompositions() -> dict:
-    """The joint trace's: PyTorch's core decompositions and torch.onnx's, less the ops of TABLE."""
+    """The joint trace's: PyTorch's core decompositions and torch.onnx's, less the ops of TABLE
+    (shared: torch is handed a copy)."""
     return joint.decomposition_table(TABLE, _onnx_decompositions())
 
 
@@ -77,7 +78,7 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     say("trace")
     with _quiet():
-        traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, table=_decompositions(), ours=fuse)
+        traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, table=dict(_decompositions()), ours=fuse)
     say("check")
     registry = _registry()
     with _quiet(), joint.math_attention():
@@ -92,7 +93,7 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
     missing = unsupported.missing_ops(decomposed, registry)
     if missing:
         with _quiet():
-            unsupported.raise_for(missing, traced.program, _decompositions())
+            unsupported.raise_for(missing, traced.program, dict(_decompositions()))
     say("translate")
     with _quiet():
         program = torch_internals.to_onnx_program(decomposed, registry)
