@@ -64,10 +64,10 @@ def math_attention():
     return sdpa_kernel([SDPBackend.MATH])
 
 
-def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch: bool = False, table=None,
+def trace(module: nn.Module, example_inputs: tuple, table: dict, loss_fn=None, dynamic_batch: bool = False,
           ours: bool = True) -> Joint:
-    """The joint program of one training step under the decompositions `table` (default: PyTorch's
-    core ones); `ours`: with our ops put in (else as PyTorch spells it)."""
+    """The joint program of one training step under the decompositions `table`
+    (decomposition_table); `ours`: with our ops put in (else as PyTorch spells it)."""
     tensors = [k for k, v in enumerate(example_inputs) if isinstance(v, torch.Tensor)]
     constants = {k: v for k, v in enumerate(example_inputs) if k not in tensors}
     wrapped = WithLoss(module, loss_fn, constants)
@@ -83,7 +83,7 @@ def trace(module: nn.Module, example_inputs: tuple, loss_fn=None, dynamic_batch:
     # such parameters are traced as frozen (their traced values, not the module's, stop requiring
     # grad) and given zero gradients afterwards, as torch's None
     unused = _unused_parameters(program)
-    joint = _joint(program, decomposition_table(()) if table is None else table)
+    joint = _joint(program, table)
     if dynamic_batch:  # (torch.export itself refuses a forward that fixes it)
         _check_batch_symbolic(joint, "tracing the backward")
     gradients, buffers = _user_outputs(joint, wrapped, unused)

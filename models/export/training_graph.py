@@ -78,17 +78,17 @@ def export_training_graph(module: nn.Module, example_inputs, loss_fn=None, *, dy
     example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     say("trace")
     with _quiet():
-        traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, table=dict(_decompositions()), ours=fuse)
+        traced = joint.trace(module, example_inputs, dict(_decompositions()), loss_fn, dynamic_batch, ours=fuse)
     say("check")
     registry = _registry()
     with _quiet(), joint.math_attention():
         # torch.onnx's decompositions were applied in the joint trace: its own decomposition of the
         # joint graph, a second trace of all of it, has nothing left to do and is skipped (docs/exporter.md)
-        if not any(n.op == "call_function" and n.target in _onnx_decompositions() for n in traced.joint.graph.nodes):
+        onnx_decompositions = _onnx_decompositions()
+        if not any(n.op == "call_function" and n.target in onnx_decompositions for n in traced.joint.graph.nodes):
             decomposed = torch_internals.prepare_decomposed_for_onnx(traced.joint)
         else:  # (one of them declined in the trace: torch.onnx's two traces, as it makes them)
-            traced = joint.trace(module, example_inputs, loss_fn, dynamic_batch, table=joint.decomposition_table(TABLE),
-                                 ours=fuse)
+            traced = joint.trace(module, example_inputs, joint.decomposition_table(TABLE), loss_fn, dynamic_batch, ours=fuse)
             decomposed = torch_internals.prepare_for_onnx(traced.joint, registry)
     missing = unsupported.missing_ops(decomposed, registry)
     if missing:
