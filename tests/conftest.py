@@ -164,11 +164,11 @@ def installed_beside(tmp_path_factory):
     (with numpy 1, which the CANN and training wheels need) and this repository pip-installed beside
     it, as a user would; made once per run per distribution (the workers share it)."""
     import subprocess
-    import venv
+
+    from ascend_grad.venvs import make_venv
 
     def make(folder, distribution):
-        venv.create(folder / "env", with_pip=True)
-        pip = [folder / "env" / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
+        pip = [*make_venv(folder / "env"), "install", "-q", "--disable-pip-version-check", "--no-compile"]
         subprocess.run([*pip, distribution, "numpy<2"], check=True)
         # one build at a time: pip builds the repository in its one build folder (build/<wheel tag>),
         # where the kernels' objects of the checkout's own install are kept (runtime_ext/library/)

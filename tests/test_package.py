@@ -2,6 +2,7 @@
 stable names of SPEC.md, and the console script."""
 
 import importlib.metadata
+import re
 import subprocess
 import sys
 import sysconfig
@@ -60,8 +61,10 @@ def test_installs_beside_an_onnxruntime_flavour(flavour, tmp_path, installed_bes
     if sys.version_info[:2] != (3, 11) or sysconfig.get_platform() != "linux-x86_64":
         pytest.skip(f"{flavour} has wheels for CPython 3.11 on Linux x86_64 only; this is {sysconfig.get_platform()} {sys.version}")
     python = installed_beside(flavour)  # (shared with the CANN session tests)
-    listed = subprocess.run([python, "-m", "pip", "list", "--format=freeze"], capture_output=True, text=True, check=True).stdout
-    names = {line.split("==")[0].lower() for line in listed.splitlines()}
+    # (the environment's distributions as its python sees them: it may have no pip of its own, make_venv)
+    listed = subprocess.run([python, "-c", "import importlib.metadata as m; print('\\n'.join(d.metadata['Name'] for d in m.distributions()))"],
+                            capture_output=True, text=True, check=True).stdout
+    names = {re.sub(r"[-_.]+", "-", line).lower() for line in listed.split()}
     assert flavour.split("==")[0] in names and "ascend-grad" in names
     assert "onnxruntime" not in names, listed
     probe = (

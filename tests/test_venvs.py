@@ -21,3 +21,35 @@ def test_a_second_maker_waits_for_the_first(tmp_path):
     assert maker.returncode == 0 and (tmp_path / name / "ready").exists()
     done = subprocess.run([python, "-c", "import six; print(six.__version__)"], capture_output=True, text=True)
     assert done.stdout.strip() == "1.16.0", done.stderr
+
+
+def test_a_new_environment_is_filled_by_this_pip(tmp_path):
+    """make_venv: no ensurepip (4 s of CPU) where this python's pip can install into the new one."""
+    from ascend_grad.venvs import make_venv
+
+    pip = make_venv(tmp_path / "env")
+    assert pip[:4] == [sys.executable, "-m", "pip", "--python"], pip
+    assert not list((tmp_path / "env").glob("lib/python*/site-packages/pip")), "ensurepip ran"
+    done = subprocess.run([*pip, "install", "-q", "--disable-pip-version-check", "six==1.16.0"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([tmp_path / "env" / "bin" / "python", "-c", "import six, sys; print(six.__file__.startswith(sys.prefix))"],
+                          capture_output=True, text=True)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr
+
+
+def test_without_a_pip_here_the_new_environment_gets_its_own(tmp_path, monkeypatch):
+    """Where this python has no pip (an environment made by uv, say), the new one gets ensurepip's."""
+    import importlib.metadata
+
+    from ascend_grad.venvs import make_venv
+
+    def version(name):
+        if name == "pip":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return importlib.metadata.version(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    pip = make_venv(tmp_path / "env")
+    assert pip == [str(tmp_path / "env" / "bin" / "python"), "-m", "pip"], pip
+    done = subprocess.run([*pip, "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and str(tmp_path / "env") in done.stdout, done.stdout + done.stderr

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import sysconfig
-import venv
 import zipfile
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import pytest
 
 from ascend_grad import runtime_ext
 from ascend_grad.testing import TRIMMED_SIZES, reported_sizes
+from ascend_grad.venvs import make_venv
 
 REPO = Path(__file__).resolve().parents[1]
 ARCHES = ("x86_64", "aarch64")
@@ -66,17 +66,17 @@ def wheelhouse(tmp_path_factory):
     return {arch: paths[0] for arch, paths in found.items()}
 
 
-def _venv(folder: Path) -> tuple[Path, dict]:
-    """A fresh virtual environment and the environment variables to run it with: PATH holds only its
-    bin/ folder, and none of TOOLCHAIN is on it."""
-    venv.create(folder, with_pip=True)
+def _venv(folder: Path) -> tuple[Path, dict, list[str]]:
+    """A fresh virtual environment, the environment variables to run it with (PATH holds only its
+    bin/ folder, and none of TOOLCHAIN is on it) and the pip command that installs into it."""
+    pip = make_venv(folder)
     path = str(folder / "bin")
     for tool in TOOLCHAIN:
         assert shutil.which(tool, path=path) is None, f"{tool} is on the test's PATH"
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("ASCEND_GRAD_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"))}
     env["PATH"] = path
-    return folder / "bin" / "python", env
+    return folder / "bin" / "python", env, pip
 
 
 def _run(command, env, cwd, timeout=900) -> subprocess.CompletedProcess:
@@ -94,13 +94,13 @@ def _run(command, env, cwd, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
-def _pip_install(python, env, cwd, *requirements):
-    done = _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", *requirements], env, cwd)
+def _pip_install(pip, env, cwd, *requirements):
+    done = _run([*pip, "install", "-q", "--disable-pip-version-check", "--no-compile", *requirements], env, cwd)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
-def _installed(python, env, cwd) -> dict[str, str]:
-    listed = _run([python, "-m", "pip", "list", "--format=freeze", "--disable-pip-version-check"], env, cwd)
+def _installed(pip, env, cwd) -> dict[str, str]:
+    listed = _run([*pip, "list", "--format=freeze", "--disable-pip-version-check"], env, cwd)
     return dict(line.lower().split("==") for line in listed.stdout.splitlines() if "==" in line)
 
 
@@ -110,11 +110,11 @@ class X86Env:
 
     def __init__(self, wheel: Path, folder: Path):
         self.folder = folder
-        self.python, self.env = _venv(folder / "env")
-        _pip_install(self.python, self.env, folder, wheel)
-        self.packages_alone = _installed(self.python, self.env, folder)
+        self.python, self.env, pip = _venv(folder / "env")
+        _pip_install(pip, self.env, folder, wheel)
+        self.packages_alone = _installed(pip, self.env, folder)
         self.without_onnxruntime = _run([self.python, "-c", "import ascend_grad"], self.env, folder)
-        _pip_install(self.python, self.env, folder, f"{wheel}[cpu]", "pytest>=8", "pytest-xdist>=3.6", "pytest-timeout>=2.3", "hypothesis>=6.100")
+        _pip_install(pip, self.env, folder, f"{wheel}[cpu]", "pytest>=8", "pytest-xdist>=3.6", "pytest-timeout>=2.3", "hypothesis>=6.100")
 
     def run(self, *command, cwd=None, **env):
         return _run(command, dict(self.env, **env), cwd or self.folder)
@@ -220,11 +220,11 @@ def test_wheel_keeps_the_installed_onnxruntime_flavour(wheelhouse, tmp_path):
     (no CPU onnxruntime over it) and its kernels run on that onnxruntime."""
     if sys.version_info[:2] != (3, 11):
         pytest.skip(f"onnxruntime-training-cpu 1.19.2 has wheels for CPython 3.11 on Linux x86_64; this is {sys.version}")
-    python, env = _venv(tmp_path / "env")
-    _pip_install(python, env, tmp_path, "onnxruntime-training-cpu==1.19.2", "numpy<2")
-    before = _installed(python, env, tmp_path)
-    _pip_install(python, env, tmp_path, wheelhouse["x86_64"])
-    after = _installed(python, env, tmp_path)
+    python, env, pip = _venv(tmp_path / "env")
+    _pip_install(pip, env, tmp_path, "onnxruntime-training-cpu==1.19.2", "numpy<2")
+    before = _installed(pip, env, tmp_path)
+    _pip_install(pip, env, tmp_path, wheelhouse["x86_64"])
+    after = _installed(pip, env, tmp_path)
     assert after["onnxruntime-training-cpu"] == before["onnxruntime-training-cpu"] == "1.19.2"
     assert "onnxruntime" not in after and "ascend-grad" in after, after
     done = _run([python, "-c", "import onnxruntime; print(onnxruntime.__version__)\n" + _UNLOAD_AND_EXIT], env, tmp_path)
