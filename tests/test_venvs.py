@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 def test_a_second_maker_waits_for_the_first(tmp_path):
     """Two runs in one checkout once made the same environment together: the second cleared the
@@ -37,18 +39,25 @@ def test_a_new_environment_is_filled_by_this_pip(tmp_path):
     assert done.stdout.strip() == "True", done.stdout + done.stderr
 
 
-def test_without_a_pip_here_the_new_environment_gets_its_own(tmp_path, monkeypatch):
-    """Where this python has no pip (an environment made by uv, say), the new one gets ensurepip's."""
+@pytest.mark.parametrize("lacking", ["pip", "its own path"])
+def test_without_a_pip_here_the_new_environment_gets_its_own(tmp_path, monkeypatch, lacking):
+    """Where this python has no pip (an environment made by uv, say), or does not know its own path
+    (an embedded interpreter), the new one gets ensurepip's."""
     import importlib.metadata
 
     from ascend_grad.venvs import make_venv
 
-    def version(name):
+    version = importlib.metadata.version
+
+    def without_pip(name):
         if name == "pip":
             raise importlib.metadata.PackageNotFoundError(name)
-        return importlib.metadata.version(name)
+        return version(name)
 
-    monkeypatch.setattr(importlib.metadata, "version", version)
+    if lacking == "pip":
+        monkeypatch.setattr(importlib.metadata, "version", without_pip)
+    else:
+        monkeypatch.setattr(sys, "executable", "")
     pip = make_venv(tmp_path / "env")
     assert pip == [str(tmp_path / "env" / "bin" / "python"), "-m", "pip"], pip
     done = subprocess.run([*pip, "--version"], capture_output=True, text=True)

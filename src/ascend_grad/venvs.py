@@ -10,8 +10,8 @@ def make_venv(folder, clear: bool = False, with_pip: bool = False) -> list[str]:
     Unless `with_pip`, this python's own pip does the installing where it can (pip >= 22.3,
     `--python`: the same pip, run by the new environment's python), and the new environment gets no
     pip of its own: ensurepip took 4 s of CPU per environment, the whole cost of one that pip then
-    fills from its cache. Without such a pip here (an environment made by uv, say), or `with_pip`,
-    the new environment gets its own."""
+    fills from its cache. Without such a pip here (an environment made by uv, say), or an interpreter
+    that does not know its own path (sys.executable empty), or `with_pip`, the new one gets its own."""
     import importlib.metadata
     import sys
     import venv
@@ -22,7 +22,7 @@ def make_venv(folder, clear: bool = False, with_pip: bool = False) -> list[str]:
         version = tuple(int(part) for part in importlib.metadata.version("pip").split(".")[:2])
     except (importlib.metadata.PackageNotFoundError, ValueError):
         version = (0, 0)
-    if version >= (22, 3) and not with_pip:
+    if version >= (22, 3) and sys.executable and not with_pip:
         venv.create(folder, with_pip=False, clear=clear)
         return [sys.executable, "-m", "pip", "--python", str(python)]
     venv.create(folder, with_pip=True, clear=clear)
